@@ -1,0 +1,49 @@
+import { randomUUID } from 'node:crypto';
+import Fastify, { type FastifyInstance, LogController } from 'fastify';
+import type { Logger } from 'pino';
+import type { Config } from '../config/schema.js';
+import type { Store } from '../store/index.js';
+import { requireApiKey } from './auth.js';
+import { contextRoutes } from './contexts.js';
+import { installErrorHandling } from './errors.js';
+import { healthRoutes } from './health.js';
+import { mcpRoutes } from './mcp.js';
+import { validatorCompiler } from './validation.js';
+
+export interface AppDeps {
+  config: Config;
+  store: Store;
+  logger: Logger;
+}
+
+/** A caller's own request id is kept when it is a sane token, so logs join up across services. */
+function requestId(header: string | string[] | undefined): string {
+  return typeof header === 'string' && /^[A-Za-z0-9._:-]{1,128}$/.test(header) ? header : randomUUID();
+}
+
+/** The HTTP API, ready to listen or to be called in process with `inject`. */
+export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
+  const app = Fastify({
+    loggerInstance: deps.logger,
+    genReqId: (req) => requestId(req.headers['x-request-id']),
+    logController: new LogController({ requestIdLogLabel: 'request_id' }),
+    // JSON escaping can grow text up to six-fold; the context cap itself is checked in bytes after parsing.
+    bodyLimit: Math.max(1024 * 1024, deps.config.contexts.max_bytes * 6 + 64 * 1024),
+    routerOptions: { ignoreTrailingSlash: true },
+  }) as unknown as FastifyInstance;
+
+  app.setValidatorCompiler(validatorCompiler);
+  installErrorHandling(app);
+  app.decorateRequest('auth', null as never);
+  app.addHook('onSend', async (request, reply) => {
+    reply.header('x-request-id', request.id);
+  });
+
+  healthRoutes(app, deps);
+  await app.register(async (authenticated) => {
+    authenticated.addHook('onRequest', requireApiKey(deps.store));
+    contextRoutes(authenticated, deps);
+    mcpRoutes(authenticated, deps);
+  });
+  return app;
+}

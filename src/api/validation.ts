@@ -1,0 +1,186 @@
+import type { TSchema } from '@sinclair/typebox';
+import { Ajv, type ErrorObject, type ValidateFunction } from 'ajv';
+import type { FastifySchemaCompiler } from 'fastify';
+import { type ErrorDetail, validationError } from '../errors.js';
+
+const common = {
+  allErrors: true,
+  verbose: true,
+  strict: false,
+  useDefaults: true,
+  removeAdditional: false,
+} as const;
+/** Bodies are JSON: a string is never quietly turned into a number. */
+const bodyAjv = new Ajv({ ...common, coerceTypes: false });
+/** Query strings and path parameters are text by nature: `?limit=5` means 5. */
+const textAjv = new Ajv({ ...common, coerceTypes: 'array' });
+
+export const validatorCompiler: FastifySchemaCompiler<TSchema> = ({ schema, httpPart }) =>
+  (httpPart === 'body' ? bodyAjv : textAjv).compile(schema);
+
+interface SchemaHints {
+  description?: string;
+  pattern?: string;
+  type?: string;
+  properties?: Record<string, unknown>;
+  anyOf?: Array<{ const?: unknown }>;
+  enum?: unknown[];
+}
+
+/** JSON pointer `/messages/0/role` → `messages[0].role`; the part name stands in for the root. */
+function fieldName(pointer: string, root: string): string {
+  if (!pointer) return root;
+  return pointer
+    .slice(1)
+    .split('/')
+    .map((p) => p.replaceAll('~1', '/').replaceAll('~0', '~'))
+    .reduce((out, part) => (/^\d+$/.test(part) ? `${out}[${part}]` : out ? `${out}.${part}` : part), '');
+}
+
+/** What the caller sent, short enough for an error message. */
+function shown(value: unknown): unknown {
+  if (typeof value === 'string') return value.length > 80 ? `${value.slice(0, 80)}…` : value;
+  if (value === null || typeof value === 'number' || typeof value === 'boolean') return value;
+  return Array.isArray(value) ? 'array' : typeof value;
+}
+
+const snake = (name: string) =>
+  name
+    .replace(/([a-z0-9])([A-Z])/g, '$1_$2')
+    .replace(/-/g, '_')
+    .toLowerCase();
+
+function editDistance(a: string, b: string): number {
+  const row = Array.from({ length: b.length + 1 }, (_, i) => i);
+  for (let i = 1; i <= a.length; i++) {
+    let previous = row[0] as number;
+    row[0] = i;
+    for (let j = 1; j <= b.length; j++) {
+      const current = row[j] as number;
+      row[j] = Math.min(current + 1, (row[j - 1] as number) + 1, previous + (a[i - 1] === b[j - 1] ? 0 : 1));
+      previous = current;
+    }
+  }
+  return row[b.length] as number;
+}
+
+/** The known field an unknown one was probably meant to be: its snake_case twin, or a near spelling. */
+export function lookAlike(unknown: string, known: string[]): string | undefined {
+  const exact = known.find((k) => k === snake(unknown));
+  if (exact) return exact;
+  const near = known
+    .map((k) => ({ k, d: editDistance(unknown.toLowerCase(), k) }))
+    .filter(({ d }) => d <= 2)
+    .sort((a, b) => a.d - b.d)[0];
+  return near?.k;
+}
+
+function describe(error: ErrorObject, root: string): ErrorDetail {
+  const at = fieldName(error.instancePath, root);
+  const schema = (error.parentSchema ?? {}) as SchemaHints;
+  const params = error.params as Record<string, unknown>;
+  switch (error.keyword) {
+    case 'required': {
+      const missing = String(params.missingProperty);
+      const field = at === root ? missing : `${at}.${missing}`;
+      return { field, rule: 'required', message: `${field} is required` };
+    }
+    case 'additionalProperties': {
+      const extra = String(params.additionalProperty);
+      const field = at === root ? extra : `${at}.${extra}`;
+      const known = Object.keys(schema.properties ?? {});
+      const hint = lookAlike(extra, known);
+      return {
+        field,
+        rule: 'unknown-field',
+        message: `unknown field '${field}'${hint ? ` (did you mean ${hint}?)` : ''}`,
+        allowed: known,
+      };
+    }
+    case 'type':
+      return {
+        field: at,
+        rule: 'type',
+        message: `${at} must be ${String(params.type)
+          .replace('integer', 'an integer')
+          .replace(/^(string|number|boolean|object|array|null)$/, 'a $1')}`,
+        received: shown(error.data),
+      };
+    case 'pattern':
+      return {
+        field: at,
+        rule: 'pattern',
+        message: `${at} must be ${schema.description ?? `text matching ${schema.pattern}`}`,
+        received: shown(error.data),
+      };
+    case 'minLength':
+    case 'maxLength': {
+      const limit = Number(params.limit);
+      const length = typeof error.data === 'string' ? error.data.length : undefined;
+      return {
+        field: at,
+        rule: error.keyword === 'minLength' ? 'min_length' : 'max_length',
+        message: `${at} must be ${error.keyword === 'minLength' ? 'at least' : 'at most'} ${limit} characters${length === undefined ? '' : ` (got ${length})`}`,
+        limit,
+        received: length,
+      };
+    }
+    case 'minimum':
+    case 'maximum':
+      return {
+        field: at,
+        rule: error.keyword,
+        message: `${at} must be ${error.keyword === 'minimum' ? 'at least' : 'at most'} ${String(params.limit)}`,
+        limit: Number(params.limit),
+        received: shown(error.data),
+      };
+    case 'anyOf':
+    case 'enum':
+    case 'const': {
+      const allowed = schema.anyOf?.map((s) => s.const) ?? schema.enum ?? [params.allowedValue];
+      return {
+        field: at,
+        rule: 'enum',
+        message: `${at} must be one of ${allowed.map((a) => JSON.stringify(a)).join(', ')}`,
+        received: shown(error.data),
+        allowed,
+      };
+    }
+    default:
+      return {
+        field: at,
+        rule: error.keyword,
+        message: `${at} ${error.message ?? 'is invalid'}`,
+        received: shown(error.data),
+      };
+  }
+}
+
+/** Ajv's errors as Kiln's `details`: one entry per problem, the noise of union branches dropped. */
+export function toDetails(errors: ErrorObject[], root = 'body'): ErrorDetail[] {
+  // A failed anyOf reports each branch's own failure too; the anyOf entry alone says it best.
+  const unions = new Set(errors.filter((e) => e.keyword === 'anyOf').map((e) => e.instancePath));
+  const details = errors
+    .filter((e) => e.keyword === 'anyOf' || !unions.has(e.instancePath))
+    .map((e) => describe(e, root));
+  const seen = new Set<string>();
+  return details.filter((d) => {
+    const key = `${d.field}|${d.rule}`;
+    if (seen.has(key)) return false;
+    seen.add(key);
+    return true;
+  });
+}
+
+const compiled = new WeakMap<TSchema, ValidateFunction>();
+
+/** Validates a value outside Fastify (MCP tool arguments) with the same rules and the same details. */
+export function assertValid<T>(schema: TSchema, value: unknown, root = 'arguments'): T {
+  let validate = compiled.get(schema);
+  if (!validate) {
+    validate = bodyAjv.compile(schema);
+    compiled.set(schema, validate);
+  }
+  if (!validate(value)) throw validationError(toDetails(validate.errors ?? [], root));
+  return value as T;
+}

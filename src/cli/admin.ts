@@ -1,0 +1,116 @@
+import { type Command, Option } from 'commander';
+import { issueKey } from '../auth/keys.js';
+import { openStore, type Store } from '../store/index.js';
+import { isoTime, serverConfig, table, UsageError } from './common.js';
+
+const ORG_NAME = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/;
+
+/** Admin commands work on the store directly, with the same configuration as `kiln serve`. */
+async function withStore<T>(command: Command, work: (store: Store) => Promise<T>): Promise<T> {
+  const store = openStore(serverConfig(command).store);
+  try {
+    await store.migrate();
+    return await work(store);
+  } finally {
+    await store.close();
+  }
+}
+
+export function adminCommands(program: Command): void {
+  const orgs = program.command('orgs').description('manage organisations');
+  orgs
+    .command('create <name>')
+    .description('create an organisation')
+    .action(async (name: string, _options, command: Command) => {
+      if (!ORG_NAME.test(name)) {
+        throw new UsageError(
+          'organisation names are 1–64 characters of A-Z a-z 0-9 . _ -, starting with a letter or digit',
+        );
+      }
+      await withStore(command, async (store) => {
+        const org = await store.orgs.create(name);
+        if (!org) throw new UsageError(`organisation '${name}' already exists`);
+        process.stdout.write(`${org.id}  ${org.name}\n`);
+      });
+    });
+  orgs
+    .command('list')
+    .description('list organisations')
+    .action(async (_options, command: Command) => {
+      await withStore(command, async (store) => {
+        const rows = (await store.orgs.list()).map((o) => [o.id, o.name, isoTime(o.created_at)]);
+        process.stdout.write(`${table([['ID', 'NAME', 'CREATED'], ...rows])}\n`);
+      });
+    });
+
+  const keys = program.command('keys').description('manage API keys');
+  keys
+    .command('create')
+    .description('create an API key; the key is printed once, on stdout, and never stored')
+    .requiredOption('--org <name>', 'organisation the key belongs to')
+    .addOption(
+      new Option('--tier <tier>', 'rate and model tier').choices(['free', 'standard']).default('standard'),
+    )
+    .option('--admin', 'give the key the admin role')
+    .option('--name <label>', 'a label to recognise the key by in `kiln keys list`')
+    .action(
+      async (
+        options: { org: string; tier: 'free' | 'standard'; admin?: boolean; name?: string },
+        command: Command,
+      ) => {
+        await withStore(command, async (store) => {
+          const org = await store.orgs.byName(options.org);
+          if (!org)
+            throw new UsageError(
+              `no organisation '${options.org}' (create it with: kiln orgs create ${options.org})`,
+            );
+          const { key, record } = await issueKey(store, {
+            orgId: org.id,
+            tier: options.tier,
+            role: options.admin ? 'admin' : 'member',
+            name: options.name ?? null,
+          });
+          process.stderr.write(
+            `created ${record.id} for organisation ${org.name} (tier ${record.tier}, role ${record.role}); store the key now, it is not shown again:\n`,
+          );
+          process.stdout.write(`${key}\n`);
+        });
+      },
+    );
+  keys
+    .command('list')
+    .description('list API keys (never the keys themselves)')
+    .option('--org <name>', 'only this organisation')
+    .action(async (options: { org?: string }, command: Command) => {
+      await withStore(command, async (store) => {
+        let orgId: string | undefined;
+        if (options.org) {
+          const org = await store.orgs.byName(options.org);
+          if (!org) throw new UsageError(`no organisation '${options.org}'`);
+          orgId = org.id;
+        }
+        const rows = (await store.keys.list(orgId)).map((k) => [
+          k.id,
+          k.org_name,
+          `${k.prefix}…`,
+          k.tier,
+          k.role,
+          k.name ?? '',
+          isoTime(k.created_at),
+          k.revoked_at === null ? 'active' : `revoked ${isoTime(k.revoked_at)}`,
+        ]);
+        process.stdout.write(
+          `${table([['ID', 'ORG', 'KEY', 'TIER', 'ROLE', 'NAME', 'CREATED', 'STATUS'], ...rows])}\n`,
+        );
+      });
+    });
+  keys
+    .command('revoke <id>')
+    .description('revoke an API key by its id (key_…); requests with it get 401 from then on')
+    .action(async (id: string, _options, command: Command) => {
+      await withStore(command, async (store) => {
+        if (!(await store.keys.revoke(id))) throw new UsageError(`no active key with id ${id}`);
+        process.stdout.write(`revoked ${id}\n`);
+      });
+    });
+}

@@ -1,0 +1,127 @@
+import { readFile } from 'node:fs/promises';
+import type { Command } from 'commander';
+import { copyToClipboard, readClipboard } from './clipboard.js';
+import { clientFromEnv, isoTime, table, UsageError } from './common.js';
+
+interface SaveOptions {
+  name: string;
+  content?: string;
+  fromClipboard?: boolean;
+  file?: string;
+  description?: string;
+}
+
+async function readStdin(): Promise<string> {
+  const chunks: Buffer[] = [];
+  for await (const chunk of process.stdin) chunks.push(chunk as Buffer);
+  return Buffer.concat(chunks).toString('utf8');
+}
+
+/** Exactly one source of content: -c, --from-clipboard, --file, or piped stdin. */
+async function contentOf(options: SaveOptions): Promise<string> {
+  const given = [
+    options.content !== undefined,
+    options.fromClipboard === true,
+    options.file !== undefined,
+  ].filter(Boolean);
+  if (given.length > 1) throw new UsageError('give the content one way only: -c, --from-clipboard or --file');
+  if (options.content !== undefined) return options.content;
+  if (options.fromClipboard) return readClipboard();
+  if (options.file !== undefined) {
+    try {
+      return await readFile(options.file, 'utf8');
+    } catch (error) {
+      throw new UsageError(
+        `cannot read ${options.file}: ${(error as NodeJS.ErrnoException).code ?? (error as Error).message}`,
+      );
+    }
+  }
+  if (process.stdin.isTTY) {
+    throw new UsageError(
+      'no content: pass -c <content>, --from-clipboard, --file <path>, or pipe it on stdin',
+    );
+  }
+  return readStdin();
+}
+
+export function ctxCommands(program: Command): void {
+  const ctx = program
+    .command('ctx')
+    .description("the organisation's shared context store (uses KILN_BASE_URL and KILN_API_KEY)");
+
+  ctx
+    .command('save')
+    .description('save a named context; the same name replaces the content and bumps the version')
+    .requiredOption('--name <name>', 'context name (1–128 of A-Z a-z 0-9 . _ / -)')
+    .option('-c, --content <content>', 'the content itself')
+    .option('--from-clipboard', 'take the content from the clipboard')
+    .option('--file <path>', 'take the content from a file')
+    .option('--description <text>', 'a one-line description')
+    .action(async (options: SaveOptions) => {
+      const content = await contentOf(options);
+      const { context, created } = await clientFromEnv().contexts.save({
+        name: options.name,
+        content,
+        ...(options.description === undefined ? {} : { description: options.description }),
+      });
+      process.stdout.write(
+        `${created ? 'saved' : 'replaced'} ${context.id} '${context.name}' (${context.size_bytes} bytes, version ${context.version}), shared with your organisation\n`,
+      );
+    });
+
+  ctx
+    .command('get [id-or-name]')
+    .description('copy a context to the clipboard (or print it with --stdout)')
+    .option('-c, --context <id-or-name>', 'the context id (ctx_…) or name')
+    .option('--stdout', 'print the content instead of copying it')
+    .action(async (positional: string | undefined, options: { context?: string; stdout?: boolean }) => {
+      const ref = options.context ?? positional;
+      if (!ref) throw new UsageError('name the context: kiln ctx get -c <id-or-name>');
+      const context = await clientFromEnv().contexts.get(ref);
+      if (options.stdout) {
+        process.stdout.write(context.content);
+        return;
+      }
+      await copyToClipboard(context.content);
+      process.stdout.write(
+        `copied ${context.id} '${context.name}' (${context.size_bytes} bytes, version ${context.version}) to the clipboard\n`,
+      );
+    });
+
+  ctx
+    .command('list')
+    .description("list the organisation's contexts")
+    .option('--prefix <prefix>', 'only names starting with this')
+    .option('--limit <n>', 'page size (1–100)', '100')
+    .option('--after <name>', 'start after this name (the last one of the previous page)')
+    .option('--json', 'print the API answer as JSON')
+    .action(async (options: { prefix?: string; limit: string; after?: string; json?: boolean }) => {
+      const page = await clientFromEnv().contexts.list({
+        limit: Number(options.limit),
+        ...(options.prefix ? { prefix: options.prefix } : {}),
+        ...(options.after ? { after: options.after } : {}),
+      });
+      if (options.json) {
+        process.stdout.write(`${JSON.stringify(page, null, 2)}\n`);
+        return;
+      }
+      const rows = page.data.map((c) => [
+        c.id,
+        c.name,
+        String(c.size_bytes),
+        String(c.version),
+        isoTime(c.updated_at * 1000),
+      ]);
+      process.stdout.write(`${table([['ID', 'NAME', 'BYTES', 'VERSION', 'UPDATED'], ...rows])}\n`);
+      const last = page.data[page.data.length - 1];
+      if (page.has_more && last) process.stderr.write(`more: kiln ctx list --after '${last.name}'\n`);
+    });
+
+  ctx
+    .command('rm <id-or-name>')
+    .description('delete a context')
+    .action(async (ref: string) => {
+      const deleted = await clientFromEnv().contexts.delete(ref);
+      process.stdout.write(`deleted ${deleted.id}\n`);
+    });
+}

@@ -1,0 +1,82 @@
+import { type Static, Type } from '@sinclair/typebox';
+
+/**
+ * Every configuration key Kiln reads, with its default. `kiln.yaml` uses these names; each leaf
+ * can also be set by environment as KILN_ + its path in upper case joined by `_`
+ * (store.url → KILN_STORE_URL, port → KILN_PORT). docs/configuration.md mirrors this file.
+ */
+export const ConfigSchema = Type.Object(
+  {
+    host: Type.String({ default: '127.0.0.1', minLength: 1, description: 'address the HTTP server binds' }),
+    port: Type.Integer({
+      default: 8080,
+      minimum: 0,
+      maximum: 65535,
+      description: 'HTTP port (0 = any free port)',
+    }),
+    public_url: Type.String({
+      default: '',
+      pattern: '^(https?://[^\\s]+)?$',
+      description: 'absolute base URL clients reach the gateway at; default http://<host>:<port>',
+    }),
+    data_dir: Type.String({
+      default: './data',
+      minLength: 1,
+      description: 'where the SQLite store and admin.key live',
+    }),
+    store: Type.Object(
+      {
+        url: Type.String({
+          default: '',
+          pattern: '^(|sqlite:.+|postgres(ql)?://.+)$',
+          description: 'sqlite:<path> or postgres://…; default sqlite:<data_dir>/kiln.db',
+        }),
+        schema: Type.String({
+          default: 'public',
+          pattern: '^[a-z_][a-z0-9_]{0,62}$',
+          description: 'PostgreSQL schema that holds Kiln tables',
+        }),
+        pool_size: Type.Integer({
+          default: 10,
+          minimum: 1,
+          maximum: 200,
+          description: 'PostgreSQL connections',
+        }),
+      },
+      { default: {}, additionalProperties: false },
+    ),
+    contexts: Type.Object(
+      {
+        max_bytes: Type.Integer({
+          default: 262144,
+          minimum: 1,
+          maximum: 16 * 1024 * 1024,
+          description: 'largest context content, in UTF-8 bytes',
+        }),
+      },
+      { default: {}, additionalProperties: false },
+    ),
+    log: Type.Object(
+      {
+        level: Type.Union(
+          ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'].map((l) => Type.Literal(l)),
+          { default: 'info', description: 'pino log level' },
+        ),
+      },
+      { default: {}, additionalProperties: false },
+    ),
+    security: Type.Object(
+      {
+        allow_hosts: Type.Array(Type.String({ minLength: 1 }), {
+          default: [],
+          description:
+            'loopback/private hosts or CIDRs outbound calls may reach (webhook receivers on-premise)',
+        }),
+      },
+      { default: {}, additionalProperties: false },
+    ),
+  },
+  { additionalProperties: false },
+);
+
+export type Config = Readonly<Static<typeof ConfigSchema>>;

@@ -1,0 +1,81 @@
+/**
+ * The one error catalogue: every error Kiln reports has a code from this table, which fixes its
+ * HTTP status and its `type`. Throw `new KilnError(code, message, extras)` anywhere; the API layer
+ * turns it into the envelope `{"error": {type, code, message, param?, details?}}`.
+ */
+
+export const errorCatalogue = {
+  'validation-failed': { status: 400, type: 'invalid_request_error' },
+  'invalid-json': { status: 400, type: 'invalid_request_error' },
+  unauthorized: { status: 401, type: 'authentication_error' },
+  forbidden: { status: 403, type: 'permission_error' },
+  'not-found': { status: 404, type: 'not_found_error' },
+  'route-not-found': { status: 404, type: 'not_found_error' },
+  'method-not-allowed': { status: 405, type: 'invalid_request_error' },
+  conflict: { status: 409, type: 'conflict_error' },
+  'request-too-large': { status: 413, type: 'invalid_request_error' },
+  'context-too-large': { status: 413, type: 'invalid_request_error' },
+  'unsupported-media-type': { status: 415, type: 'invalid_request_error' },
+  'store-unavailable': { status: 503, type: 'server_error' },
+  'internal-error': { status: 500, type: 'server_error' },
+} as const satisfies Record<string, { status: number; type: string }>;
+
+export type ErrorCode = keyof typeof errorCatalogue;
+
+/** One entry of `details`: which field broke which rule, and what was expected. */
+export interface ErrorDetail {
+  field: string;
+  rule: string;
+  message: string;
+  received?: unknown;
+  allowed?: unknown;
+  limit?: number;
+}
+
+export interface ErrorBody {
+  type: string;
+  code: string;
+  message: string;
+  param?: string;
+  details?: ErrorDetail[];
+}
+
+export class KilnError extends Error {
+  readonly code: ErrorCode;
+  readonly status: number;
+  readonly param: string | undefined;
+  readonly details: ErrorDetail[] | undefined;
+
+  constructor(
+    code: ErrorCode,
+    message: string,
+    extras: { param?: string; details?: ErrorDetail[]; cause?: unknown } = {},
+  ) {
+    super(message, extras.cause === undefined ? undefined : { cause: extras.cause });
+    this.name = 'KilnError';
+    this.code = code;
+    this.status = errorCatalogue[code].status;
+    this.param = extras.param ?? extras.details?.[0]?.field;
+    this.details = extras.details;
+  }
+
+  toBody(): ErrorBody {
+    const body: ErrorBody = { type: errorCatalogue[this.code].type, code: this.code, message: this.message };
+    if (this.param !== undefined) body.param = this.param;
+    if (this.details !== undefined) body.details = this.details;
+    return body;
+  }
+}
+
+/** A 400 `validation-failed` from one or more details; the message summarises the first. */
+export function validationError(details: ErrorDetail[]): KilnError {
+  const first = details[0];
+  const more = details.length > 1 ? ` (and ${details.length - 1} more problem(s), see details)` : '';
+  return new KilnError('validation-failed', `${first ? first.message : 'invalid request'}${more}`, {
+    details,
+  });
+}
+
+export function notFound(what: string, id: string): KilnError {
+  return new KilnError('not-found', `no ${what} '${id}' in this organisation`);
+}

@@ -1,0 +1,34 @@
+import { randomBytes, randomFillSync } from 'node:crypto';
+
+/** A UUIDv7 (RFC 9562): 48 bits of Unix milliseconds, then randomness, so ids sort by creation. */
+export function uuidv7(now = Date.now()): string {
+  const bytes = new Uint8Array(16);
+  randomFillSync(bytes, 6);
+  let ms = now;
+  for (let i = 5; i >= 0; i--) {
+    bytes[i] = ms % 256;
+    ms = Math.floor(ms / 256);
+  }
+  bytes[6] = ((bytes[6] as number) & 0x0f) | 0x70;
+  bytes[8] = ((bytes[8] as number) & 0x3f) | 0x80;
+  const hex = Buffer.from(bytes).toString('hex');
+  return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20)}`;
+}
+
+const BASE62 = '0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz';
+
+/** `length` characters of base62 drawn without modulo bias. */
+export function randomBase62(length: number): string {
+  let out = '';
+  while (out.length < length) {
+    for (const byte of randomBytes(length * 2)) {
+      if (byte < 248 && out.length < length) out += BASE62[byte % 62];
+    }
+  }
+  return out;
+}
+
+/** Resource ids: a type prefix and a time-ordered body, e.g. `ctx_0193c1a2…`. */
+export function newId(prefix: 'org' | 'key' | 'ctx'): string {
+  return `${prefix}_${uuidv7().replaceAll('-', '')}`;
+}

@@ -1,0 +1,138 @@
+import { Server } from '@modelcontextprotocol/sdk/server/index.js';
+import {
+  CallToolRequestSchema,
+  type CallToolResult,
+  ListResourcesRequestSchema,
+  ListResourceTemplatesRequestSchema,
+  ListToolsRequestSchema,
+  ReadResourceRequestSchema,
+} from '@modelcontextprotocol/sdk/types.js';
+import { type Static, type TSchema, Type } from '@sinclair/typebox';
+import { assertValid } from '../api/validation.js';
+import { ContextRef, ListContextsQuery, SaveContextBody } from '../contexts/schemas.js';
+import type { ContextsPort } from '../contexts/service.js';
+import { KilnError } from '../errors.js';
+import { VERSION } from '../version.js';
+
+const RESOURCE_SCHEME = 'kiln-context://';
+
+const GetArgs = Type.Object({ id_or_name: ContextRef }, { additionalProperties: false });
+const DeleteArgs = GetArgs;
+
+interface Tool<S extends TSchema> {
+  description: string;
+  schema: S;
+  run(contexts: ContextsPort, args: Static<S>): Promise<unknown>;
+}
+
+const tool = <S extends TSchema>(t: Tool<S>) => t as unknown as Tool<TSchema>;
+
+/** The context store as MCP tools. Inputs are the same schemas the HTTP API validates with. */
+const tools: Record<string, Tool<TSchema>> = {
+  save_context: tool({
+    description:
+      "Save a named text blob to the organisation's shared context store. Saving an existing name replaces its content and bumps its version.",
+    schema: SaveContextBody,
+    run: (contexts, args) => contexts.save(args),
+  }),
+  get_context: tool({
+    description: 'Fetch a context, with its content, by id (ctx_…) or name.',
+    schema: GetArgs,
+    run: (contexts, args) => contexts.get(args.id_or_name),
+  }),
+  list_contexts: tool({
+    description:
+      "List the organisation's contexts by name (without content). Use `after` with the last name to page.",
+    schema: ListContextsQuery,
+    run: (contexts, args) => contexts.list(args),
+  }),
+  delete_context: tool({
+    description: 'Delete a context by id (ctx_…) or name.',
+    schema: DeleteArgs,
+    run: (contexts, args) => contexts.delete(args.id_or_name),
+  }),
+};
+
+function failure(error: unknown): CallToolResult {
+  const body =
+    error instanceof KilnError
+      ? error.toBody()
+      : { code: 'internal-error', message: error instanceof Error ? error.message : String(error) };
+  return { isError: true, content: [{ type: 'text', text: JSON.stringify({ error: body }) }] };
+}
+
+/**
+ * An MCP server over one organisation's contexts. `contexts` is the in-process store for the
+ * gateway's /mcp endpoint, or the HTTP client for `kiln mcp` over stdio: the same tools either way.
+ */
+export function createMcpServer(contexts: ContextsPort): Server {
+  const server = new Server(
+    { name: 'kiln', version: VERSION },
+    {
+      capabilities: { tools: {}, resources: {} },
+      instructions:
+        "Kiln's context store: named text blobs (specs, schemas, runbooks, prompt preambles) shared by everyone in the organisation.",
+    },
+  );
+
+  server.setRequestHandler(ListToolsRequestSchema, async () => ({
+    tools: Object.entries(tools).map(([name, t]) => ({
+      name,
+      description: t.description,
+      inputSchema: t.schema as unknown as { type: 'object' },
+    })),
+  }));
+
+  server.setRequestHandler(CallToolRequestSchema, async (request): Promise<CallToolResult> => {
+    const t = tools[request.params.name];
+    if (!t) return failure(new KilnError('not-found', `no tool named ${request.params.name}`));
+    try {
+      const args = assertValid(t.schema, request.params.arguments ?? {});
+      const result = await t.run(contexts, args);
+      return {
+        content: [{ type: 'text', text: JSON.stringify(result, null, 2) }],
+        structuredContent: result as never,
+      };
+    } catch (error) {
+      return failure(error);
+    }
+  });
+
+  server.setRequestHandler(ListResourcesRequestSchema, async (request) => {
+    const cursor = request.params?.cursor;
+    const page = await contexts.list({ limit: 100, ...(cursor ? { after: cursor } : {}) });
+    const last = page.data[page.data.length - 1];
+    return {
+      resources: page.data.map((c) => ({
+        uri: `${RESOURCE_SCHEME}${c.id}`,
+        name: c.name,
+        ...(c.description ? { description: c.description } : {}),
+        mimeType: 'text/plain',
+        size: c.size_bytes,
+      })),
+      ...(page.has_more && last ? { nextCursor: last.name } : {}),
+    };
+  });
+
+  server.setRequestHandler(ListResourceTemplatesRequestSchema, async () => ({
+    resourceTemplates: [
+      {
+        uriTemplate: `${RESOURCE_SCHEME}{id_or_name}`,
+        name: 'context',
+        description: 'A context of the organisation, by id (ctx_…) or name',
+        mimeType: 'text/plain',
+      },
+    ],
+  }));
+
+  server.setRequestHandler(ReadResourceRequestSchema, async (request) => {
+    const { uri } = request.params;
+    if (!uri.startsWith(RESOURCE_SCHEME)) {
+      throw new KilnError('not-found', `unknown resource ${uri}; context URIs start with ${RESOURCE_SCHEME}`);
+    }
+    const context = await contexts.get(decodeURIComponent(uri.slice(RESOURCE_SCHEME.length)));
+    return { contents: [{ uri, mimeType: 'text/plain', text: context.content }] };
+  });
+
+  return server;
+}

@@ -1,0 +1,31 @@
+/**
+ * The little SQL surface every store implementation provides. Repositories are written once
+ * against it with `?` placeholders; each driver adapts placeholders, locking and types.
+ */
+export interface SqlExecutor {
+  all<T>(sql: string, params?: readonly unknown[]): Promise<T[]>;
+  get<T>(sql: string, params?: readonly unknown[]): Promise<T | undefined>;
+  /** Runs a statement and answers how many rows it changed. */
+  run(sql: string, params?: readonly unknown[]): Promise<number>;
+}
+
+/** What differs between databases, declared once per driver instead of tested for in the core. */
+export interface Dialect {
+  readonly name: 'sqlite' | 'postgres';
+  /** Column collation that orders text byte by byte (stable cursors on every database). */
+  readonly binaryCollation: string;
+  /** Statement taken inside the migration transaction so two processes never migrate at once. */
+  readonly migrationLock: string | undefined;
+}
+
+export interface SqlDriver extends SqlExecutor {
+  readonly dialect: Dialect;
+  /** Runs `fn` in one transaction; nothing else touches the database through this driver meanwhile. */
+  transaction<T>(fn: (tx: SqlExecutor) => Promise<T>): Promise<T>;
+  /** Runs a script of several statements without parameters (migrations). */
+  exec(script: string): Promise<void>;
+  /** Makes the database ready for migrations (PostgreSQL: creates the configured schema). */
+  prepareDatabase(): Promise<void>;
+  ping(): Promise<void>;
+  close(): Promise<void>;
+}

@@ -1,0 +1,94 @@
+import { newId } from '../../ids.js';
+import type { SqlExecutor } from '../driver.js';
+import type { Context, ContextMeta, Page } from '../types.js';
+
+const META = 'id, org_id, name, description, size_bytes, sha256, version, created_at, updated_at, created_by';
+
+export interface SaveContext {
+  orgId: string;
+  name: string;
+  content: string;
+  description: string | null;
+  sizeBytes: number;
+  sha256: string;
+  createdBy: string;
+}
+
+/** A context is addressed by its id (`ctx_…`) or by its name; names never start with `ctx_`. */
+const column = (idOrName: string) => (idOrName.startsWith('ctx_') ? 'id' : 'name');
+
+export class ContextRepository {
+  constructor(private readonly db: SqlExecutor) {}
+
+  /**
+   * Creates the context or replaces the content of the one with the same name, in one statement so
+   * concurrent saves cannot lose a version. A description left out keeps the one stored.
+   */
+  async save(input: SaveContext): Promise<{ context: ContextMeta; created: boolean }> {
+    const now = Date.now();
+    const context = (await this.db.get<ContextMeta>(
+      `INSERT INTO contexts (id, org_id, name, description, content, size_bytes, sha256, version, created_at, updated_at, created_by)
+       VALUES (?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?)
+       ON CONFLICT (org_id, name) DO UPDATE SET
+         description = COALESCE(excluded.description, contexts.description),
+         content = excluded.content,
+         size_bytes = excluded.size_bytes,
+         sha256 = excluded.sha256,
+         version = contexts.version + 1,
+         updated_at = excluded.updated_at
+       RETURNING ${META}`,
+      [
+        newId('ctx'),
+        input.orgId,
+        input.name,
+        input.description,
+        input.content,
+        input.sizeBytes,
+        input.sha256,
+        now,
+        now,
+        input.createdBy,
+      ],
+    )) as ContextMeta;
+    return { context, created: context.version === 1 };
+  }
+
+  async get(orgId: string, idOrName: string): Promise<Context | undefined> {
+    return this.db.get<Context>(
+      `SELECT ${META}, content FROM contexts WHERE org_id = ? AND ${column(idOrName)} = ?`,
+      [orgId, idOrName],
+    );
+  }
+
+  /** Contexts ordered by name; `after` is the last name of the previous page. */
+  async list(
+    orgId: string,
+    options: { prefix?: string; after?: string; limit: number },
+  ): Promise<Page<ContextMeta>> {
+    const where = ['org_id = ?'];
+    const params: unknown[] = [orgId];
+    if (options.prefix) {
+      where.push('substr(name, 1, ?) = ?');
+      params.push(options.prefix.length, options.prefix);
+    }
+    if (options.after) {
+      where.push('name > ?');
+      params.push(options.after);
+    }
+    params.push(options.limit + 1);
+    const rows = await this.db.all<ContextMeta>(
+      `SELECT ${META} FROM contexts WHERE ${where.join(' AND ')} ORDER BY name LIMIT ?`,
+      params,
+    );
+    return { data: rows.slice(0, options.limit), has_more: rows.length > options.limit };
+  }
+
+  /** Deletes and answers the deleted id, or undefined when there was none. */
+  async delete(orgId: string, idOrName: string): Promise<string | undefined> {
+    const row = await this.db.get<{ id: string }>(
+      `DELETE FROM contexts WHERE org_id = ? AND ${column(idOrName)} = ? RETURNING id`,
+      [orgId, idOrName],
+    );
+    return row?.id;
+  }
+}

@@ -1,0 +1,28 @@
+import { newId } from '../../ids.js';
+import type { SqlExecutor } from '../driver.js';
+import type { Org } from '../types.js';
+
+export class OrgRepository {
+  constructor(private readonly db: SqlExecutor) {}
+
+  /** Creates the organisation, or answers undefined when the name is taken. */
+  async create(name: string): Promise<Org | undefined> {
+    return this.db.get<Org>(
+      'INSERT INTO orgs (id, name, created_at) VALUES (?, ?, ?) ON CONFLICT (name) DO NOTHING RETURNING id, name, created_at',
+      [newId('org'), name, Date.now()],
+    );
+  }
+
+  async byName(name: string): Promise<Org | undefined> {
+    return this.db.get<Org>('SELECT id, name, created_at FROM orgs WHERE name = ?', [name]);
+  }
+
+  async list(): Promise<Org[]> {
+    return this.db.all<Org>('SELECT id, name, created_at FROM orgs ORDER BY name');
+  }
+
+  async count(): Promise<number> {
+    const row = await this.db.get<{ n: number }>('SELECT COUNT(*) AS n FROM orgs');
+    return Number(row?.n ?? 0);
+  }
+}

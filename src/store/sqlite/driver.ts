@@ -1,0 +1,98 @@
+import { mkdirSync } from 'node:fs';
+import path from 'node:path';
+import Database from 'better-sqlite3';
+import type { Dialect, SqlDriver, SqlExecutor } from '../driver.js';
+
+const dialect: Dialect = { name: 'sqlite', binaryCollation: 'COLLATE BINARY', migrationLock: undefined };
+
+/**
+ * better-sqlite3 is synchronous and holds one connection, so a transaction that awaits must not
+ * let other callers' statements run inside it: while one is open, everything else queues behind it.
+ */
+export class SqliteDriver implements SqlDriver {
+  readonly dialect = dialect;
+  readonly #db: Database.Database;
+  readonly #statements = new Map<string, Database.Statement>();
+  #queue: Promise<unknown> = Promise.resolve();
+  #inTransaction = false;
+
+  constructor(file: string) {
+    if (file !== ':memory:') mkdirSync(path.dirname(path.resolve(file)), { recursive: true });
+    this.#db = new Database(file);
+    this.#db.pragma('journal_mode = WAL');
+    this.#db.pragma('busy_timeout = 5000');
+    this.#db.pragma('foreign_keys = ON');
+    this.#db.pragma('synchronous = NORMAL');
+  }
+
+  #prepare(sql: string): Database.Statement {
+    let statement = this.#statements.get(sql);
+    if (!statement) {
+      statement = this.#db.prepare(sql);
+      this.#statements.set(sql, statement);
+    }
+    return statement;
+  }
+
+  readonly #direct: SqlExecutor = {
+    all: async <T>(sql: string, params: readonly unknown[] = []) => this.#prepare(sql).all(...params) as T[],
+    get: async <T>(sql: string, params: readonly unknown[] = []) =>
+      this.#prepare(sql).get(...params) as T | undefined,
+    run: async (sql: string, params: readonly unknown[] = []) => this.#prepare(sql).run(...params).changes,
+  };
+
+  /** Runs at once when no transaction is open, otherwise after it. */
+  #when<T>(work: () => Promise<T>): Promise<T> {
+    if (!this.#inTransaction) return work();
+    const next = this.#queue.then(work, work);
+    this.#queue = next.catch(() => undefined);
+    return next;
+  }
+
+  all<T>(sql: string, params?: readonly unknown[]): Promise<T[]> {
+    return this.#when(() => this.#direct.all<T>(sql, params));
+  }
+
+  get<T>(sql: string, params?: readonly unknown[]): Promise<T | undefined> {
+    return this.#when(() => this.#direct.get<T>(sql, params));
+  }
+
+  run(sql: string, params?: readonly unknown[]): Promise<number> {
+    return this.#when(() => this.#direct.run(sql, params));
+  }
+
+  transaction<T>(fn: (tx: SqlExecutor) => Promise<T>): Promise<T> {
+    const work = async () => {
+      this.#inTransaction = true;
+      this.#db.exec('BEGIN IMMEDIATE');
+      try {
+        const result = await fn(this.#direct);
+        this.#db.exec('COMMIT');
+        return result;
+      } catch (error) {
+        if (this.#db.inTransaction) this.#db.exec('ROLLBACK');
+        throw error;
+      } finally {
+        this.#inTransaction = false;
+      }
+    };
+    const next = this.#queue.then(work, work);
+    this.#queue = next.catch(() => undefined);
+    return next;
+  }
+
+  async exec(script: string): Promise<void> {
+    await this.#when(async () => this.#db.exec(script));
+  }
+
+  async prepareDatabase(): Promise<void> {}
+
+  async ping(): Promise<void> {
+    await this.get('SELECT 1');
+  }
+
+  async close(): Promise<void> {
+    await this.#queue;
+    this.#db.close();
+  }
+}
