@@ -33,6 +33,8 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   }) as unknown as FastifyInstance;
 
   app.setValidatorCompiler(validatorCompiler);
+  // JSON in, JSON out: a text/plain body is a 415, not a string that fails validation.
+  app.removeContentTypeParser('text/plain');
   installErrorHandling(app);
   app.decorateRequest('auth', null as never);
   app.addHook('onSend', async (request, reply) => {

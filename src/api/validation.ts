@@ -44,6 +44,12 @@ function shown(value: unknown): unknown {
   return Array.isArray(value) ? 'array' : typeof value;
 }
 
+const withArticle = (type: string) =>
+  type
+    .split(',')
+    .map((t) => (/^[aeiou]/.test(t) ? `an ${t}` : t === 'null' ? 'null' : `a ${t}`))
+    .join(' or ');
+
 const snake = (name: string) =>
   name
     .replace(/([a-z0-9])([A-Z])/g, '$1_$2')
@@ -101,9 +107,7 @@ function describe(error: ErrorObject, root: string): ErrorDetail {
       return {
         field: at,
         rule: 'type',
-        message: `${at} must be ${String(params.type)
-          .replace('integer', 'an integer')
-          .replace(/^(string|number|boolean|object|array|null)$/, 'a $1')}`,
+        message: `${at} must be ${withArticle(String(params.type))}`,
         received: shown(error.data),
       };
     case 'pattern':

@@ -140,7 +140,11 @@ export function loadConfig(options: LoadOptions = {}): Config & { configFile: st
   const ajv = new Ajv({ allErrors: true, useDefaults: true, verbose: true, strict: false });
   const validate = ajv.compile(ConfigSchema);
   if (!validate(raw)) {
-    throw new ConfigError((validate.errors ?? []).map((e) => describeProblem(e, sources)));
+    const errors = validate.errors ?? [];
+    // A failed union also reports each of its branches; the union's own entry says it best.
+    const unions = new Set(errors.filter((e) => e.keyword === 'anyOf').map((e) => e.instancePath));
+    const problems = errors.filter((e) => e.keyword === 'anyOf' || !unions.has(e.instancePath));
+    throw new ConfigError(problems.map((e) => describeProblem(e, sources)));
   }
   const config = raw as unknown as Config & { configFile: string | undefined; store: { url: string } };
   const dataDir = path.resolve(config.data_dir);

@@ -5,16 +5,20 @@ import {
   ListResourcesRequestSchema,
   ListResourceTemplatesRequestSchema,
   ListToolsRequestSchema,
+  McpError,
   ReadResourceRequestSchema,
 } from '@modelcontextprotocol/sdk/types.js';
 import { type Static, type TSchema, Type } from '@sinclair/typebox';
 import { assertValid } from '../api/validation.js';
+import { KilnApiError } from '../client/index.js';
 import { ContextRef, ListContextsQuery, SaveContextBody } from '../contexts/schemas.js';
 import type { ContextsPort } from '../contexts/service.js';
 import { KilnError } from '../errors.js';
 import { VERSION } from '../version.js';
 
 const RESOURCE_SCHEME = 'kiln-context://';
+/** MCP's JSON-RPC error code for a resource that does not exist. */
+const RESOURCE_NOT_FOUND = -32002;
 
 const GetArgs = Type.Object({ id_or_name: ContextRef }, { additionalProperties: false });
 const DeleteArgs = GetArgs;
@@ -55,7 +59,7 @@ const tools: Record<string, Tool<TSchema>> = {
 
 function failure(error: unknown): CallToolResult {
   const body =
-    error instanceof KilnError
+    error instanceof KilnError || error instanceof KilnApiError
       ? error.toBody()
       : { code: 'internal-error', message: error instanceof Error ? error.message : String(error) };
   return { isError: true, content: [{ type: 'text', text: JSON.stringify({ error: body }) }] };
@@ -128,10 +132,23 @@ export function createMcpServer(contexts: ContextsPort): Server {
   server.setRequestHandler(ReadResourceRequestSchema, async (request) => {
     const { uri } = request.params;
     if (!uri.startsWith(RESOURCE_SCHEME)) {
-      throw new KilnError('not-found', `unknown resource ${uri}; context URIs start with ${RESOURCE_SCHEME}`);
+      throw new McpError(
+        RESOURCE_NOT_FOUND,
+        `unknown resource ${uri}; context URIs start with ${RESOURCE_SCHEME}`,
+        { uri },
+      );
     }
-    const context = await contexts.get(decodeURIComponent(uri.slice(RESOURCE_SCHEME.length)));
-    return { contents: [{ uri, mimeType: 'text/plain', text: context.content }] };
+    try {
+      const context = await contexts.get(decodeURIComponent(uri.slice(RESOURCE_SCHEME.length)));
+      return { contents: [{ uri, mimeType: 'text/plain', text: context.content }] };
+    } catch (error) {
+      const code =
+        error instanceof KilnError || error instanceof KilnApiError ? error.toBody().code : undefined;
+      if (code === 'not-found' || code === 'validation-failed') {
+        throw new McpError(RESOURCE_NOT_FOUND, (error as Error).message, { uri });
+      }
+      throw error;
+    }
   });
 
   return server;

@@ -1,0 +1,57 @@
+import { readFileSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+
+/** Latency summary of a list of millisecond samples. */
+export function summarise(samples: number[]): { n: number; median: number; p99: number; mean: number } {
+  const sorted = [...samples].sort((a, b) => a - b);
+  const at = (q: number) => sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))] as number;
+  return {
+    n: sorted.length,
+    median: at(0.5),
+    p99: at(0.99),
+    mean: sorted.reduce((s, x) => s + x, 0) / sorted.length,
+  };
+}
+
+/** Runs `request` `total` times with `concurrency` in flight; answers per-request latencies and throughput. */
+export async function load(total: number, concurrency: number, request: (i: number) => Promise<void>) {
+  const samples: number[] = [];
+  let next = 0;
+  const started = performance.now();
+  await Promise.all(
+    Array.from({ length: concurrency }, async () => {
+      while (next < total) {
+        const i = next++;
+        const t0 = performance.now();
+        await request(i);
+        samples.push(performance.now() - t0);
+      }
+    }),
+  );
+  const seconds = (performance.now() - started) / 1000;
+  return { ...summarise(samples), rps: total / seconds };
+}
+
+export function machine(): string {
+  const cpu = os.cpus()[0]?.model ?? 'unknown CPU';
+  return `${os.cpus().length} × ${cpu}, ${Math.round(os.totalmem() / 2 ** 30)} GiB, ${os.platform()} ${os.release()}, Node ${process.version}`;
+}
+
+/** Replaces the section `name` of docs/benchmarks.md (between its markers) with `body`. */
+export function writeSection(name: string, body: string): void {
+  const file = path.join(import.meta.dirname, '..', 'docs', 'benchmarks.md');
+  let text: string;
+  try {
+    text = readFileSync(file, 'utf8');
+  } catch {
+    text =
+      '# Benchmarks\n\nFigures written by `npm run bench`; each section says when and on what machine it ran.\n';
+  }
+  const start = `<!-- bench:${name} -->`;
+  const end = `<!-- /bench:${name} -->`;
+  const section = `${start}\n${body.trim()}\n${end}`;
+  const pattern = new RegExp(`${start}[\\s\\S]*?${end}`);
+  text = pattern.test(text) ? text.replace(pattern, section) : `${text.trimEnd()}\n\n${section}\n`;
+  writeFileSync(file, text);
+}

@@ -1,0 +1,191 @@
+import fc from 'fast-check';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startTestServer, type TestServer } from '../helpers/server.js';
+import { storeCases } from '../helpers/stores.js';
+
+/** Every answer to bad input is a 4xx with the envelope; a 400 always says what was wrong. */
+function expectEnvelope(answer: { status: number; body: any }, status: number, code?: string) {
+  expect(answer.status, JSON.stringify(answer.body)).toBe(status);
+  expect(answer.body).toEqual({
+    error: expect.objectContaining({
+      type: expect.any(String),
+      code: expect.any(String),
+      message: expect.any(String),
+    }),
+  });
+  expect(answer.body.error.message.length).toBeGreaterThan(0);
+  expect(JSON.stringify(answer.body)).not.toMatch(/\n\s+at |node_modules|\.ts:\d+/);
+  if (code) expect(answer.body.error.code).toBe(code);
+  if (status === 400) {
+    expect(answer.body.error.details.length).toBeGreaterThan(0);
+    for (const detail of answer.body.error.details) {
+      expect(detail).toEqual(
+        expect.objectContaining({
+          field: expect.any(String),
+          rule: expect.any(String),
+          message: expect.any(String),
+        }),
+      );
+    }
+  }
+}
+
+describe('bad input never yields a 500', () => {
+  let kiln: TestServer;
+  const post = (body: unknown, headers?: Record<string, string>) =>
+    kiln.call('POST', '/api/v1/contexts', { body, ...(headers ? { headers } : {}) });
+
+  beforeAll(async () => {
+    kiln = await startTestServer(storeCases[0] as (typeof storeCases)[0]);
+    await post({ name: 'precious', content: 'do not lose me' });
+  });
+  afterAll(async () => kiln?.close());
+
+  it('malformed JSON is 400 invalid-json', async () => {
+    for (const body of ['{"name":', '{name: "x"}', '[1,2', 'nul', '{"a":1}}']) {
+      expectEnvelope(await post(body), 400, 'invalid-json');
+    }
+  });
+
+  it('an empty JSON body, a JSON scalar or array is 400 with details', async () => {
+    expectEnvelope(await post(''), 400, 'invalid-json');
+    for (const body of ['null', '42', '"text"', '[]', 'true']) {
+      expectEnvelope(await post(body), 400, 'validation-failed');
+    }
+  });
+
+  it('wrong types name the field, the rule and what was received', async () => {
+    const answer = await post({ name: 42, content: ['a'] });
+    expectEnvelope(answer, 400, 'validation-failed');
+    expect(answer.body.error.details).toEqual(
+      expect.arrayContaining([
+        { field: 'name', rule: 'type', message: 'name must be a string', received: 42 },
+        { field: 'content', rule: 'type', message: 'content must be a string', received: 'array' },
+      ]),
+    );
+  });
+
+  it('missing fields, oversized and malformed names are each reported', async () => {
+    const missing = await post({});
+    expectEnvelope(missing, 400, 'validation-failed');
+    expect(missing.body.error.details.map((d: { field: string }) => d.field).sort()).toEqual([
+      'content',
+      'name',
+    ]);
+
+    const long = await post({ name: 'n'.repeat(129), content: 'x' });
+    expectEnvelope(long, 400, 'validation-failed');
+    expect(long.body.error.details[0]).toMatchObject({
+      field: 'name',
+      rule: 'max_length',
+      limit: 128,
+      received: 129,
+    });
+
+    for (const name of ['ctx_reserved', 'has space', 'semi;colon', 'ünïcode', '']) {
+      const answer = await post({ name, content: 'x' });
+      expectEnvelope(answer, 400, 'validation-failed');
+      expect(answer.body.error.param).toBe('name');
+    }
+  });
+
+  it('unknown fields are refused with a hint for look-alikes', async () => {
+    const answer = await post({ name: 'ok', content: 'x', Description: 'd', colour: 'red' });
+    expectEnvelope(answer, 400, 'validation-failed');
+    expect(answer.body.error.details).toEqual(
+      expect.arrayContaining([
+        expect.objectContaining({
+          field: 'Description',
+          rule: 'unknown-field',
+          message: "unknown field 'Description' (did you mean description?)",
+        }),
+        expect.objectContaining({
+          field: 'colour',
+          rule: 'unknown-field',
+          allowed: ['name', 'content', 'description'],
+        }),
+      ]),
+    );
+  });
+
+  it('bad query parameters are 400 with details', async () => {
+    for (const query of ['limit=0', 'limit=101', 'limit=abc', 'sort=name', `prefix=${'p'.repeat(200)}`]) {
+      expectEnvelope(await kiln.call('GET', `/api/v1/contexts?${query}`), 400, 'validation-failed');
+    }
+  });
+
+  it('a body that is not JSON is 415; one over the server limit is 413', async () => {
+    expectEnvelope(
+      await post('name=x', { 'content-type': 'application/x-www-form-urlencoded' }),
+      415,
+      'unsupported-media-type',
+    );
+    expectEnvelope(await post('hello', { 'content-type': 'text/plain' }), 415, 'unsupported-media-type');
+    const huge = JSON.stringify({ name: 'huge', content: 'x'.repeat(3 * 1024 * 1024) });
+    expectEnvelope(await post(huge), 413, 'request-too-large');
+  });
+
+  it('prototype poisoning is refused', async () => {
+    expectEnvelope(await post('{"name":"p","content":"x","__proto__":{"admin":true}}'), 400);
+  });
+
+  it('unknown routes and methods are 404 with the envelope, even unauthenticated', async () => {
+    expectEnvelope(await kiln.call('GET', '/v1/nothing-here'), 404, 'route-not-found');
+    expectEnvelope(await kiln.call('PUT', '/api/v1/contexts', { body: {} }), 404, 'route-not-found');
+    expectEnvelope(await kiln.call('GET', '/v1/nothing-here', { key: null }), 404, 'route-not-found');
+    expectEnvelope(await kiln.call('GET', '/mcp'), 405, 'method-not-allowed');
+  });
+
+  it('missing auth is 401 before the body is even read', async () => {
+    expectEnvelope(
+      await kiln.call('POST', '/api/v1/contexts', { key: null, body: '{"broken' }),
+      401,
+      'unauthorized',
+    );
+  });
+
+  it('property: any JSON body to POST /api/v1/contexts is answered 2xx, 400 or 413, never 5xx', async () => {
+    const body = fc.oneof(
+      fc.jsonValue(),
+      fc.record(
+        {
+          name: fc.oneof(fc.string({ maxLength: 140 }), fc.jsonValue()),
+          content: fc.oneof(fc.string(), fc.jsonValue()),
+          description: fc.jsonValue(),
+        },
+        { requiredKeys: [] },
+      ),
+      fc.dictionary(fc.string({ maxLength: 12 }), fc.jsonValue()),
+    );
+    await fc.assert(
+      fc.asyncProperty(body, async (value) => {
+        const answer = await post(JSON.stringify(value));
+        if (answer.status >= 200 && answer.status < 300) {
+          const saved = value as { name: string; content: string };
+          const fetched = await kiln.call('GET', `/api/v1/contexts/${encodeURIComponent(saved.name)}`);
+          expect(fetched.body.content).toBe(saved.content);
+          return;
+        }
+        expect([400, 413]).toContain(answer.status);
+        expectEnvelope(answer, answer.status);
+      }),
+      { numRuns: 150 },
+    );
+  });
+
+  it('property: any reference in the path is 200, 400 or 404, never 5xx', async () => {
+    await fc.assert(
+      fc.asyncProperty(fc.string({ minLength: 1, maxLength: 300 }), async (ref) => {
+        const answer = await kiln.call('GET', `/api/v1/contexts/${encodeURIComponent(ref)}`);
+        expect([200, 400, 404]).toContain(answer.status);
+        if (answer.status !== 200) expectEnvelope(answer, answer.status);
+      }),
+      { numRuns: 150 },
+    );
+  });
+
+  it('after all of it, stored data is intact', async () => {
+    const answer = await kiln.call('GET', '/api/v1/contexts/precious');
+    expect(answer.body).toMatchObject({ content: 'do not lose me', version: 1 });
+  });
+});

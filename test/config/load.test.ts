@@ -1,0 +1,109 @@
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { ConfigError, configKeys, loadConfig } from '../../src/config/load.js';
+
+const dir = mkdtempSync(path.join(tmpdir(), 'kiln-config-'));
+const file = (name: string, text: string) => {
+  const at = path.join(dir, name);
+  writeFileSync(at, text);
+  return at;
+};
+const problemsOf = (load: () => unknown): string[] => {
+  try {
+    load();
+  } catch (error) {
+    if (error instanceof ConfigError) return error.problems;
+    throw error;
+  }
+  throw new Error('expected a ConfigError');
+};
+
+describe('configuration', () => {
+  it('has working defaults: SQLite under ./data on port 8080', () => {
+    const config = loadConfig({ env: {}, file: file('empty.yaml', '') });
+    expect(config.port).toBe(8080);
+    expect(config.data_dir).toBe(path.resolve('data'));
+    expect(config.store.url).toBe(`sqlite:${path.resolve('data', 'kiln.db')}`);
+    expect(config.contexts.max_bytes).toBe(262144);
+    expect(Object.isFrozen(config.store)).toBe(true);
+  });
+
+  it('reads kiln.yaml, and KILN_* variables win over it', () => {
+    const yaml = file(
+      'kiln.yaml',
+      'port: 9000\nstore:\n  url: postgres://db/kiln\ncontexts:\n  max_bytes: 1000\n',
+    );
+    const config = loadConfig({
+      file: yaml,
+      env: {
+        KILN_PORT: '9100',
+        KILN_SECURITY_ALLOW_HOSTS: '127.0.0.1, 10.0.0.0/8',
+        KILN_STORE_SCHEMA: 'kiln',
+      },
+    });
+    expect(config.port).toBe(9100);
+    expect(config.store).toMatchObject({ url: 'postgres://db/kiln', schema: 'kiln' });
+    expect(config.contexts.max_bytes).toBe(1000);
+    expect(config.security.allow_hosts).toEqual(['127.0.0.1', '10.0.0.0/8']);
+  });
+
+  it('finds the file through KILN_CONFIG', () => {
+    const config = loadConfig({ env: { KILN_CONFIG: file('via-env.yaml', 'host: 0.0.0.0\n') } });
+    expect(config.host).toBe('0.0.0.0');
+  });
+
+  it('names the key, what is allowed and where a bad value came from', () => {
+    expect(problemsOf(() => loadConfig({ env: { KILN_PORT: 'eighty' }, file: file('e.yaml', '') }))).toEqual([
+      'port: must be an integer from 0 to 65535; got "eighty" (from KILN_PORT)',
+    ]);
+    const problems = problemsOf(() =>
+      loadConfig({
+        env: {},
+        file: file('bad.yaml', 'log:\n  level: loud\nstore:\n  url: mysql://x\ncontexts:\n  max_bytes: 0\n'),
+      }),
+    );
+    expect(problems).toHaveLength(3);
+    expect(problems).toEqual(
+      expect.arrayContaining([
+        expect.stringMatching(
+          /^log\.level: must be one of fatal, error, warn, info, debug, trace, silent; got "loud"$/,
+        ),
+        expect.stringMatching(/^store\.url: must be sqlite:<path> or postgres:\/\/…/),
+        expect.stringMatching(/^contexts\.max_bytes: must be an integer from 1 to \d+; got 0$/),
+      ]),
+    );
+  });
+
+  it('refuses unknown keys, so a typo never passes silently', () => {
+    const [problem] = problemsOf(() =>
+      loadConfig({ env: {}, file: file('typo.yaml', 'store:\n  ulr: sqlite:x.db\n') }),
+    );
+    expect(problem).toMatch(/^store\.ulr: unknown key \(known keys: .*store\.url/);
+  });
+
+  it('refuses a file that is not YAML or not a mapping, and a missing file', () => {
+    expect(problemsOf(() => loadConfig({ env: {}, file: file('broken.yaml', 'port: [1,\n') }))[0]).toMatch(
+      /not valid YAML/,
+    );
+    expect(problemsOf(() => loadConfig({ env: {}, file: file('list.yaml', '- a\n- b\n') }))[0]).toMatch(
+      /must hold a mapping/,
+    );
+    expect(problemsOf(() => loadConfig({ env: {}, file: path.join(dir, 'nope.yaml') }))[0]).toMatch(/ENOENT/);
+  });
+
+  it('every key has an environment variable named after its path', () => {
+    const envs = configKeys().map((k) => k.env);
+    expect(envs).toEqual(
+      expect.arrayContaining([
+        'KILN_PORT',
+        'KILN_HOST',
+        'KILN_DATA_DIR',
+        'KILN_STORE_URL',
+        'KILN_PUBLIC_URL',
+        'KILN_SECURITY_ALLOW_HOSTS',
+      ]),
+    );
+  });
+});
