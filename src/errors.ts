@@ -7,6 +7,7 @@
 export const errorCatalogue = {
   'validation-failed': { status: 400, type: 'invalid_request_error' },
   'invalid-json': { status: 400, type: 'invalid_request_error' },
+  'unsafe-url': { status: 400, type: 'invalid_request_error' },
   unauthorized: { status: 401, type: 'authentication_error' },
   forbidden: { status: 403, type: 'permission_error' },
   'not-found': { status: 404, type: 'not_found_error' },

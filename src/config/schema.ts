@@ -72,6 +72,10 @@ export const ConfigSchema = Type.Object(
           description:
             'loopback/private hosts or CIDRs outbound calls may reach (webhook receivers on-premise)',
         }),
+        dns_servers: Type.Array(Type.String({ pattern: '^[^\\s]+$' }), {
+          default: [],
+          description: 'DNS servers (ip or ip:port) for outbound host names; empty = the system resolver',
+        }),
       },
       { default: {}, additionalProperties: false },
     ),
