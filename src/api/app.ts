@@ -29,7 +29,6 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     logController: new LogController({ requestIdLogLabel: 'request_id' }),
     // JSON escaping can grow text up to six-fold; the context cap itself is checked in bytes after parsing.
     bodyLimit: Math.max(1024 * 1024, deps.config.contexts.max_bytes * 6 + 64 * 1024),
-    routerOptions: { ignoreTrailingSlash: true },
   }) as unknown as FastifyInstance;
 
   app.setValidatorCompiler(validatorCompiler);

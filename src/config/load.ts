@@ -21,6 +21,8 @@ interface JsonSchema {
   minimum?: number;
   maximum?: number;
   pattern?: string;
+  /** What a pattern admits, in words, for error messages. */
+  allowed?: string;
   description?: string;
 }
 
@@ -79,7 +81,7 @@ function describeProblem(error: ErrorObject, sources: Map<string, string>): stri
   if (schema?.anyOf) allowed = `must be one of ${schema.anyOf.map((s) => String(s.const)).join(', ')}`;
   else if (schema?.type === 'integer')
     allowed = `must be an integer${schema.minimum !== undefined ? ` from ${schema.minimum}` : ''}${schema.maximum !== undefined ? ` to ${schema.maximum}` : ''}`;
-  else if (schema?.pattern && schema.description) allowed = `must be ${schema.description}`;
+  else if (schema?.pattern) allowed = `must be ${schema.allowed ?? `text matching ${schema.pattern}`}`;
   return `${key}: ${allowed}; got ${JSON.stringify(error.data)}${from}`;
 }
 

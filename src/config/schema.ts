@@ -17,6 +17,7 @@ export const ConfigSchema = Type.Object(
     public_url: Type.String({
       default: '',
       pattern: '^(https?://[^\\s]+)?$',
+      allowed: 'an absolute http:// or https:// URL',
       description: 'absolute base URL clients reach the gateway at; default http://<host>:<port>',
     }),
     data_dir: Type.String({
@@ -29,11 +30,13 @@ export const ConfigSchema = Type.Object(
         url: Type.String({
           default: '',
           pattern: '^(|sqlite:.+|postgres(ql)?://.+)$',
+          allowed: 'sqlite:<path> or postgres://…',
           description: 'sqlite:<path> or postgres://…; default sqlite:<data_dir>/kiln.db',
         }),
         schema: Type.String({
           default: 'public',
           pattern: '^[a-z_][a-z0-9_]{0,62}$',
+          allowed: 'a lower-case identifier of letters, digits and _ (at most 63)',
           description: 'PostgreSQL schema that holds Kiln tables',
         }),
         pool_size: Type.Integer({
@@ -72,7 +75,7 @@ export const ConfigSchema = Type.Object(
           description:
             'loopback/private hosts or CIDRs outbound calls may reach (webhook receivers on-premise)',
         }),
-        dns_servers: Type.Array(Type.String({ pattern: '^[^\\s]+$' }), {
+        dns_servers: Type.Array(Type.String({ pattern: '^[^\\s]+$', allowed: 'an address, ip or ip:port' }), {
           default: [],
           description: 'DNS servers (ip or ip:port) for outbound host names; empty = the system resolver',
         }),

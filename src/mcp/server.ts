@@ -58,10 +58,11 @@ const tools: Record<string, Tool<TSchema>> = {
 };
 
 function failure(error: unknown): CallToolResult {
+  // Anything that is not one of Kiln's own errors may carry internals (SQL, paths): never show it.
   const body =
     error instanceof KilnError || error instanceof KilnApiError
       ? error.toBody()
-      : { code: 'internal-error', message: error instanceof Error ? error.message : String(error) };
+      : new KilnError('internal-error', 'the tool failed unexpectedly; the gateway logs say why').toBody();
   return { isError: true, content: [{ type: 'text', text: JSON.stringify({ error: body }) }] };
 }
 
