@@ -14,9 +14,23 @@ export const errorCatalogue = {
   'route-not-found': { status: 404, type: 'not_found_error' },
   'method-not-allowed': { status: 405, type: 'invalid_request_error' },
   conflict: { status: 409, type: 'conflict_error' },
+  'job-already-terminal': { status: 409, type: 'conflict_error' },
+  'idempotency-key-in-progress': { status: 409, type: 'conflict_error' },
+  'job-expired': { status: 410, type: 'not_found_error' },
+  'idempotency-key-reused': { status: 422, type: 'invalid_request_error' },
   'request-too-large': { status: 413, type: 'invalid_request_error' },
   'context-too-large': { status: 413, type: 'invalid_request_error' },
   'unsupported-media-type': { status: 415, type: 'invalid_request_error' },
+  // Job failures: the `code` of a failed, timed-out or cancelled job's poll body, and the answer
+  // to a sync request whose job ended that way.
+  cancelled: { status: 409, type: 'conflict_error' },
+  'inference-failed': { status: 502, type: 'server_error' },
+  'workflow-model-missing': { status: 502, type: 'server_error' },
+  'worker-lost': { status: 502, type: 'server_error' },
+  'queue-timeout': { status: 503, type: 'server_error' },
+  'run-timeout': { status: 504, type: 'server_error' },
+  'engine-unavailable': { status: 503, type: 'server_error' },
+  'engine-timeout': { status: 504, type: 'server_error' },
   'store-unavailable': { status: 503, type: 'server_error' },
   'internal-error': { status: 500, type: 'server_error' },
 } as const satisfies Record<string, { status: number; type: string }>;
@@ -46,11 +60,18 @@ export class KilnError extends Error {
   readonly status: number;
   readonly param: string | undefined;
   readonly details: ErrorDetail[] | undefined;
+  /** Top-level fields sent beside `error`, e.g. the job a 409 `job-already-terminal` is about. */
+  readonly attach: Record<string, unknown> | undefined;
 
   constructor(
     code: ErrorCode,
     message: string,
-    extras: { param?: string; details?: ErrorDetail[]; cause?: unknown } = {},
+    extras: {
+      param?: string;
+      details?: ErrorDetail[];
+      cause?: unknown;
+      attach?: Record<string, unknown>;
+    } = {},
   ) {
     super(message, extras.cause === undefined ? undefined : { cause: extras.cause });
     this.name = 'KilnError';
@@ -58,6 +79,7 @@ export class KilnError extends Error {
     this.status = errorCatalogue[code].status;
     this.param = extras.param ?? extras.details?.[0]?.field;
     this.details = extras.details;
+    this.attach = extras.attach;
   }
 
   toBody(): ErrorBody {

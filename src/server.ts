@@ -1,9 +1,11 @@
 import type { FastifyInstance } from 'fastify';
 import { type Logger, pino } from 'pino';
-import { buildApp } from './api/app.js';
+import { type AppDeps, buildApp } from './api/app.js';
 import { bootstrapStore } from './auth/bootstrap.js';
 import type { Config } from './config/schema.js';
-import { openStore, type Store } from './store/index.js';
+import type { JobKind } from './jobs/kinds.js';
+import { createRuntime, type Runtime } from './runtime.js';
+import type { Store } from './store/index.js';
 
 export function createLogger(config: Config): Logger {
   return pino({
@@ -12,47 +14,58 @@ export function createLogger(config: Config): Logger {
   });
 }
 
+/** The job kinds `kiln serve` and `kiln worker` run. Generation kinds register here as they arrive. */
+export const builtInKinds: JobKind<never, unknown>[] = [];
+
+export interface ServerOptions {
+  kinds?: JobKind<never, unknown>[];
+  /** More routes on the authenticated API (tests register a route for their own job kind). */
+  routes?: (app: FastifyInstance, deps: AppDeps) => void;
+}
+
 export interface RunningServer {
   app: FastifyInstance;
   store: Store;
-  /** Where clients reach it: server.public_url, or the address it listens on. */
+  runtime: Runtime;
+  /** Where clients reach it: public_url, or the address it listens on. */
   url: string;
   close(): Promise<void>;
 }
 
-/** Opens and migrates the store, creates the first admin key on an empty store, and listens. */
+/** Opens the store, creates the first admin key on an empty store, listens, then starts the workers. */
 export async function startServer(
   config: Config,
   logger: Logger = createLogger(config),
+  options: ServerOptions = {},
 ): Promise<RunningServer> {
-  const store = openStore(config.store);
+  const runtime = await createRuntime(config, logger, options.kinds ?? builtInKinds);
   try {
-    const applied = await store.migrate();
-    if (applied > 0) logger.info({ applied, store: store.dialect }, 'store migrated');
-    const keyFile = await bootstrapStore(store, config.data_dir);
+    const keyFile = await bootstrapStore(runtime.store, config.data_dir);
     if (keyFile)
       logger.info(
         { path: keyFile },
         'created organisation "default" and an admin key; the key is in this file',
       );
   } catch (error) {
-    await store.close().catch(() => undefined);
+    await runtime.close().catch(() => undefined);
     throw error;
   }
-  const app = await buildApp({ config, store, logger });
+  const app = await buildApp({ ...runtime, logger, ...(options.routes ? { routes: options.routes } : {}) });
   await app.listen({ host: config.host, port: config.port });
+  await runtime.startBackground();
   const address = app.server.address();
   const port = typeof address === 'object' && address ? address.port : config.port;
   const host = config.host.includes(':') ? `[${config.host}]` : config.host;
   const url = config.public_url || `http://${host === '0.0.0.0' ? '127.0.0.1' : host}:${port}`;
-  logger.info({ url, store: store.dialect }, 'kiln is listening');
+  logger.info({ url, store: runtime.store.dialect, workers: config.jobs.workers }, 'kiln is listening');
   return {
     app,
-    store,
+    store: runtime.store,
+    runtime,
     url,
     async close() {
       await app.close();
-      await store.close();
+      await runtime.close();
     },
   };
 }

@@ -2,18 +2,24 @@ import { randomUUID } from 'node:crypto';
 import Fastify, { type FastifyInstance, LogController } from 'fastify';
 import type { Logger } from 'pino';
 import type { Config } from '../config/schema.js';
+import type { JobService } from '../jobs/service.js';
+import type { OutboundPolicy } from '../net/policy.js';
 import type { Store } from '../store/index.js';
 import { requireApiKey } from './auth.js';
 import { contextRoutes } from './contexts.js';
 import { installErrorHandling } from './errors.js';
 import { healthRoutes } from './health.js';
+import { jobRoutes } from './jobs.js';
 import { mcpRoutes } from './mcp.js';
 import { validatorCompiler } from './validation.js';
 
 export interface AppDeps {
   config: Config;
   store: Store;
+  jobs: JobService;
+  policy: OutboundPolicy;
   logger: Logger;
+  routes?: (app: FastifyInstance, deps: AppDeps) => void;
 }
 
 /** A caller's own request id is kept when it is a sane token, so logs join up across services. */
@@ -44,7 +50,9 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   await app.register(async (authenticated) => {
     authenticated.addHook('onRequest', requireApiKey(deps.store));
     contextRoutes(authenticated, deps);
+    jobRoutes(authenticated, deps);
     mcpRoutes(authenticated, deps);
+    deps.routes?.(authenticated, deps);
   });
   return app;
 }

@@ -63,7 +63,7 @@ export function installErrorHandling(app: FastifyInstance): void {
     if (kiln.status >= 500) request.log.error({ err: error }, 'request failed');
     else request.log.info({ code: kiln.code, status: kiln.status }, kiln.message);
     if (kiln.status === 401) reply.header('www-authenticate', 'Bearer');
-    return reply.status(kiln.status).send({ error: kiln.toBody() });
+    return reply.status(kiln.status).send({ error: kiln.toBody(), ...kiln.attach });
   });
   app.setNotFoundHandler((request, reply) => {
     const error = new KilnError('route-not-found', `no route ${request.method} ${request.url.split('?')[0]}`);

@@ -1,5 +1,6 @@
 import { type Command, Option } from 'commander';
 import { issueKey } from '../auth/keys.js';
+import { randomBase62 } from '../ids.js';
 import { openStore, type Store } from '../store/index.js';
 import { isoTime, serverConfig, table, UsageError } from './common.js';
 
@@ -111,6 +112,28 @@ export function adminCommands(program: Command): void {
       await withStore(command, async (store) => {
         if (!(await store.keys.revoke(id))) throw new UsageError(`no active key with id ${id}`);
         process.stdout.write(`revoked ${id}\n`);
+      });
+    });
+
+  program
+    .command('webhooks')
+    .description('webhook settings')
+    .command('secret')
+    .description(
+      "print the organisation's webhook signing secret (created on first use); --rotate replaces it",
+    )
+    .requiredOption('--org <name>', 'organisation')
+    .option('--rotate', 'replace the secret; receivers must switch to the new one')
+    .action(async (options: { org: string; rotate?: boolean }, command: Command) => {
+      await withStore(command, async (store) => {
+        const org = await store.orgs.byName(options.org);
+        if (!org) throw new UsageError(`no organisation '${options.org}'`);
+        const secret = await store.orgs.setWebhookSecret(
+          org.id,
+          `whsec_${randomBase62(32)}`,
+          !options.rotate,
+        );
+        process.stdout.write(`${secret}\n`);
       });
     });
 }

@@ -1,7 +1,23 @@
 import type { Command } from 'commander';
-import { createLogger, startServer } from '../server.js';
+import type { Logger } from 'pino';
+import { createRuntime } from '../runtime.js';
+import { builtInKinds, createLogger, startServer } from '../server.js';
 import { openStore } from '../store/index.js';
-import { serverConfig } from './common.js';
+import { serverConfig, UsageError } from './common.js';
+
+/** On SIGINT or SIGTERM: finish cleanly (running jobs go back to the queue), then exit. */
+function onStop(logger: Logger, close: () => Promise<void>): void {
+  let stopping = false;
+  const stop = async (signal: string) => {
+    if (stopping) return;
+    stopping = true;
+    logger.info({ signal }, 'shutting down');
+    await close();
+    process.exit(0);
+  };
+  process.on('SIGINT', () => void stop('SIGINT'));
+  process.on('SIGTERM', () => void stop('SIGTERM'));
+}
 
 export function serveCommands(program: Command): void {
   program
@@ -11,16 +27,20 @@ export function serveCommands(program: Command): void {
       const config = serverConfig(command);
       const logger = createLogger(config);
       const server = await startServer(config, logger);
-      let stopping = false;
-      const stop = async (signal: string) => {
-        if (stopping) return;
-        stopping = true;
-        logger.info({ signal }, 'shutting down');
-        await server.close();
-        process.exit(0);
-      };
-      process.on('SIGINT', () => void stop('SIGINT'));
-      process.on('SIGTERM', () => void stop('SIGTERM'));
+      onStop(logger, () => server.close());
+    });
+
+  program
+    .command('worker')
+    .description('run job workers, the sweeper and webhook delivery without HTTP (scale-out on PostgreSQL)')
+    .action(async (_options, command: Command) => {
+      const config = serverConfig(command);
+      const logger = createLogger(config);
+      if (config.jobs.workers === 0) throw new UsageError('jobs.workers is 0: this worker would run nothing');
+      const runtime = await createRuntime(config, logger, builtInKinds);
+      await runtime.startBackground();
+      logger.info({ workers: config.jobs.workers, store: runtime.store.dialect }, 'kiln worker is running');
+      onStop(logger, () => runtime.close());
     });
 
   program

@@ -89,3 +89,5 @@ export class KilnClient {
     return { status: response.status, data: data as T };
   }
 }
+
+export { verifyWebhook } from './webhooks.js';

@@ -59,6 +59,55 @@ export const ConfigSchema = Type.Object(
       },
       { default: {}, additionalProperties: false },
     ),
+    jobs: Type.Object(
+      {
+        workers: Type.Integer({
+          default: 8,
+          minimum: 0,
+          maximum: 1024,
+          description: 'jobs this process runs at once (0: this process only serves HTTP)',
+        }),
+        lease_seconds: Type.Integer({
+          default: 30,
+          minimum: 1,
+          maximum: 3600,
+          description: 'a running job whose worker stops renewing for this long is requeued',
+        }),
+        poll_interval_ms: Type.Integer({
+          default: 2000,
+          minimum: 50,
+          maximum: 60000,
+          description: 'slow poll when no wake-up arrives',
+        }),
+        max_attempts: Type.Integer({
+          default: 3,
+          minimum: 1,
+          maximum: 10,
+          description: 'runs per job before worker-lost',
+        }),
+        retention: Duration('7d', 'how long terminal jobs and results are kept (then 410)'),
+        sync_timeout: Duration('5m', 'longest a sync request waits before answering 202 with where to poll'),
+      },
+      { default: {}, additionalProperties: false },
+    ),
+    webhooks: Type.Object(
+      {
+        retry_schedule: Type.Array(Duration('5s', 'delay before a retry'), {
+          default: ['5s', '30s', '2m', '10m', '30m', '1h', '3h', '6h', '12h'],
+          minItems: 1,
+          maxItems: 20,
+          description: 'delays between attempts; after the last, the delivery is failed',
+        }),
+        timeout: Duration('10s', 'an attempt with no answer by then counts as failed'),
+        jitter: Type.Number({
+          default: 0.2,
+          minimum: 0,
+          maximum: 1,
+          description: 'random ± share of each delay',
+        }),
+      },
+      { default: {}, additionalProperties: false },
+    ),
     log: Type.Object(
       {
         level: Type.Union(
@@ -85,5 +134,23 @@ export const ConfigSchema = Type.Object(
   },
   { additionalProperties: false },
 );
+
+/** A duration such as 250ms, 5s, 2m, 1h or 7d; `parseDuration` turns it into milliseconds. */
+function Duration(fallback: string, description: string) {
+  return Type.String({
+    default: fallback,
+    pattern: '^[0-9]+(ms|s|m|h|d)$',
+    allowed: 'a duration such as 250ms, 5s, 2m, 1h or 7d',
+    description,
+  });
+}
+
+const UNIT_MS = { ms: 1, s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 } as const;
+
+export function parseDuration(text: string): number {
+  const match = /^([0-9]+)(ms|s|m|h|d)$/.exec(text);
+  if (!match) throw new Error(`not a duration: ${text}`);
+  return Number(match[1]) * UNIT_MS[match[2] as keyof typeof UNIT_MS];
+}
 
 export type Config = Readonly<Static<typeof ConfigSchema>>;

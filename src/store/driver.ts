@@ -16,7 +16,12 @@ export interface Dialect {
   readonly binaryCollation: string;
   /** Statement taken inside the migration transaction so two processes never migrate at once. */
   readonly migrationLock: string | undefined;
+  /** Suffix of a row-claiming SELECT: skip rows another transaction holds (empty where writers are serial). */
+  readonly skipLocked: string;
 }
+
+/** Channels processes use to wake each other: new work, finished jobs, cancellations, partial output. */
+export type Channel = 'kiln_jobs' | 'kiln_job_events' | 'kiln_webhooks';
 
 export interface SqlDriver extends SqlExecutor {
   readonly dialect: Dialect;
@@ -24,6 +29,13 @@ export interface SqlDriver extends SqlExecutor {
   transaction<T>(fn: (tx: SqlExecutor) => Promise<T>): Promise<T>;
   /** Runs a script of several statements without parameters (migrations). */
   exec(script: string): Promise<void>;
+  /**
+   * Publishes `payload` (at most a few KB) to every listener of `channel`, in every process sharing the
+   * database (PostgreSQL NOTIFY) or in this process (SQLite, which one process owns).
+   */
+  notify(channel: Channel, payload: string): Promise<void>;
+  /** Subscribes to a channel; answers the function that unsubscribes. */
+  listen(channel: Channel, handler: (payload: string) => void): Promise<() => Promise<void>>;
   /** Makes the database ready for migrations (PostgreSQL: creates the configured schema). */
   prepareDatabase(): Promise<void>;
   ping(): Promise<void>;

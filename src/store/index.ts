@@ -1,29 +1,54 @@
 import type { Config } from '../config/schema.js';
-import type { SqlDriver } from './driver.js';
+import type { SqlDriver, SqlExecutor } from './driver.js';
 import { migrate } from './migrations.js';
 import { PostgresDriver } from './postgres/driver.js';
 import { ContextRepository } from './repos/contexts.js';
+import { IdempotencyRepository } from './repos/idempotency.js';
+import { JobRepository } from './repos/jobs.js';
 import { KeyRepository } from './repos/keys.js';
 import { OrgRepository } from './repos/orgs.js';
+import { UsageRepository } from './repos/usage.js';
+import { WebhookRepository } from './repos/webhooks.js';
 import { SqliteDriver } from './sqlite/driver.js';
 
-export type { SqlDriver } from './driver.js';
+export type { Channel, SqlDriver } from './driver.js';
+export type { FinishGuard } from './repos/jobs.js';
 export * from './types.js';
 
-/** Kiln's persistent state behind one async interface, whatever database holds it. */
-export class Store {
+/** Every repository, over the database or over one transaction of it. */
+export class Repositories {
   readonly orgs: OrgRepository;
   readonly keys: KeyRepository;
   readonly contexts: ContextRepository;
+  readonly jobs: JobRepository;
+  readonly usage: UsageRepository;
+  readonly idempotency: IdempotencyRepository;
+  readonly webhooks: WebhookRepository;
 
+  constructor(db: SqlExecutor, dialect: SqlDriver['dialect']) {
+    this.orgs = new OrgRepository(db);
+    this.keys = new KeyRepository(db);
+    this.contexts = new ContextRepository(db);
+    this.jobs = new JobRepository(db, dialect);
+    this.usage = new UsageRepository(db);
+    this.idempotency = new IdempotencyRepository(db);
+    this.webhooks = new WebhookRepository(db, dialect);
+  }
+}
+
+/** Kiln's persistent state behind one async interface, whatever database holds it. */
+export class Store extends Repositories {
   constructor(readonly driver: SqlDriver) {
-    this.orgs = new OrgRepository(driver);
-    this.keys = new KeyRepository(driver);
-    this.contexts = new ContextRepository(driver);
+    super(driver, driver.dialect);
   }
 
   get dialect(): SqlDriver['dialect']['name'] {
     return this.driver.dialect.name;
+  }
+
+  /** Runs `fn` with repositories bound to one transaction: all of it commits, or none. */
+  transaction<T>(fn: (tx: Repositories) => Promise<T>): Promise<T> {
+    return this.driver.transaction((tx) => fn(new Repositories(tx, this.driver.dialect)));
   }
 
   migrate(): Promise<number> {

@@ -42,6 +42,80 @@ export const migrations: ReadonlyArray<{ version: number; name: string; sql: (d:
       );
     `,
   },
+  {
+    version: 2,
+    name: 'jobs, usage ledger, idempotency keys, webhook outbox',
+    sql: () => `
+      ALTER TABLE orgs ADD COLUMN webhook_secret TEXT;
+      CREATE TABLE jobs (
+        id TEXT PRIMARY KEY,
+        org_id TEXT NOT NULL REFERENCES orgs(id),
+        key_id TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        mode TEXT NOT NULL,
+        status TEXT NOT NULL CHECK (status IN ('queued', 'running', 'completed', 'failed', 'cancelled', 'timeout')),
+        request TEXT NOT NULL,
+        result TEXT,
+        error_code TEXT,
+        error_message TEXT,
+        error_details TEXT,
+        progress REAL,
+        attempts INTEGER NOT NULL DEFAULT 0,
+        max_attempts INTEGER NOT NULL,
+        lease_owner TEXT,
+        lease_expires_at BIGINT,
+        queue_deadline BIGINT NOT NULL,
+        run_limit_ms BIGINT NOT NULL,
+        run_deadline BIGINT,
+        created_at BIGINT NOT NULL,
+        started_at BIGINT,
+        finished_at BIGINT,
+        expires_at BIGINT,
+        webhook_url TEXT,
+        webhook_secret TEXT
+      );
+      CREATE INDEX jobs_queue ON jobs (status, id);
+      CREATE INDEX jobs_org ON jobs (org_id, id);
+      CREATE INDEX jobs_leases ON jobs (status, lease_expires_at);
+      CREATE TABLE usage_ledger (
+        job_id TEXT PRIMARY KEY REFERENCES jobs(id),
+        org_id TEXT NOT NULL REFERENCES orgs(id),
+        kind TEXT NOT NULL,
+        status TEXT NOT NULL,
+        run_ms BIGINT NOT NULL,
+        input_units BIGINT NOT NULL,
+        output_units BIGINT NOT NULL,
+        created_at BIGINT NOT NULL
+      );
+      CREATE INDEX usage_org ON usage_ledger (org_id, created_at);
+      CREATE TABLE idempotency_keys (
+        org_id TEXT NOT NULL REFERENCES orgs(id),
+        idem_key TEXT NOT NULL,
+        request_hash TEXT NOT NULL,
+        job_id TEXT NOT NULL REFERENCES jobs(id),
+        created_at BIGINT NOT NULL,
+        PRIMARY KEY (org_id, idem_key)
+      );
+      CREATE TABLE webhook_deliveries (
+        id TEXT PRIMARY KEY,
+        job_id TEXT NOT NULL UNIQUE REFERENCES jobs(id),
+        org_id TEXT NOT NULL REFERENCES orgs(id),
+        url TEXT NOT NULL,
+        event TEXT NOT NULL,
+        body TEXT NOT NULL,
+        status TEXT NOT NULL CHECK (status IN ('pending', 'delivered', 'failed', 'gone')),
+        attempts INTEGER NOT NULL DEFAULT 0,
+        next_attempt_at BIGINT NOT NULL,
+        lease_owner TEXT,
+        lease_expires_at BIGINT,
+        last_status INTEGER,
+        last_error TEXT,
+        created_at BIGINT NOT NULL,
+        delivered_at BIGINT
+      );
+      CREATE INDEX webhook_due ON webhook_deliveries (status, next_attempt_at);
+    `,
+  },
 ];
 
 /** Applies every migration newer than the database, each in its own transaction. Answers how many ran. */

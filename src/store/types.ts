@@ -43,3 +43,67 @@ export interface Page<T> {
   data: T[];
   has_more: boolean;
 }
+
+export type JobStatus = 'queued' | 'running' | 'completed' | 'failed' | 'cancelled' | 'timeout';
+export type JobMode = 'sync' | 'async' | 'stream';
+export const TERMINAL_STATUSES: readonly JobStatus[] = ['completed', 'failed', 'cancelled', 'timeout'];
+
+/** A job row. JSON columns (request, result, error_details) are text here; the jobs layer parses them. */
+export interface JobRow {
+  id: string;
+  org_id: string;
+  key_id: string;
+  kind: string;
+  mode: JobMode;
+  status: JobStatus;
+  request: string;
+  result: string | null;
+  error_code: string | null;
+  error_message: string | null;
+  error_details: string | null;
+  progress: number | null;
+  attempts: number;
+  max_attempts: number;
+  lease_owner: string | null;
+  lease_expires_at: number | null;
+  queue_deadline: number;
+  run_limit_ms: number;
+  run_deadline: number | null;
+  created_at: number;
+  started_at: number | null;
+  finished_at: number | null;
+  expires_at: number | null;
+  webhook_url: string | null;
+  webhook_secret: string | null;
+}
+
+/** What a terminal transition writes. */
+export interface JobOutcome {
+  status: Exclude<JobStatus, 'queued' | 'running'>;
+  result?: unknown;
+  error?: { code: string; message: string; details?: unknown };
+  usage?: { inputUnits?: number; outputUnits?: number };
+}
+
+export interface UsageSummary {
+  kind: string;
+  jobs: number;
+  completed: number;
+  failed: number;
+  cancelled: number;
+  timeout: number;
+  run_ms: number;
+  input_units: number;
+  output_units: number;
+}
+
+export interface WebhookDelivery {
+  id: string;
+  job_id: string;
+  org_id: string;
+  url: string;
+  event: string;
+  body: string;
+  secret: string;
+  attempts: number;
+}

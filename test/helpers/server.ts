@@ -4,7 +4,7 @@ import path from 'node:path';
 import { pino } from 'pino';
 import { issueKey } from '../../src/auth/keys.js';
 import { loadConfig } from '../../src/config/load.js';
-import { type RunningServer, startServer } from '../../src/server.js';
+import { type RunningServer, type ServerOptions, startServer } from '../../src/server.js';
 import type { Tier } from '../../src/store/types.js';
 import type { StoreCase } from './stores.js';
 
@@ -28,6 +28,7 @@ export interface TestServer {
 export async function startTestServer(
   storeCase: StoreCase,
   overrides: Record<string, unknown> = {},
+  options: ServerOptions = {},
 ): Promise<TestServer> {
   const dataDir = mkdtempSync(path.join(tmpdir(), 'kiln-server-'));
   const fresh = storeCase.fresh();
@@ -42,16 +43,16 @@ export async function startTestServer(
       ...overrides,
     },
   });
-  const server = await startServer(config, pino({ level: process.env.KILN_TEST_LOG ?? 'silent' }));
+  const server = await startServer(config, pino({ level: process.env.KILN_TEST_LOG ?? 'silent' }), options);
   const adminKey = readFileSync(path.join(dataDir, 'admin.key'), 'utf8').trim();
 
-  const key: TestServer['key'] = async (orgName, options = {}) => {
+  const key: TestServer['key'] = async (orgName, keyOptions = {}) => {
     const org = (await server.store.orgs.byName(orgName)) ?? (await server.store.orgs.create(orgName));
     if (!org) throw new Error(`could not create org ${orgName}`);
     const issued = await issueKey(server.store, {
       orgId: org.id,
-      tier: options.tier ?? 'standard',
-      role: options.admin ? 'admin' : 'member',
+      tier: keyOptions.tier ?? 'standard',
+      role: keyOptions.admin ? 'admin' : 'member',
     });
     return issued.key;
   };

@@ -1,11 +1,12 @@
 import pg from 'pg';
-import type { Dialect, SqlDriver, SqlExecutor } from '../driver.js';
+import type { Channel, Dialect, SqlDriver, SqlExecutor } from '../driver.js';
 
 const dialect: Dialect = {
   name: 'postgres',
   binaryCollation: 'COLLATE "C"',
   // Any constant works; it only has to be the same in every Kiln process.
   migrationLock: 'SELECT pg_advisory_xact_lock(4242100)',
+  skipLocked: ' FOR UPDATE SKIP LOCKED',
 };
 
 const INT8_OID = 20;
@@ -47,9 +48,13 @@ export class PostgresDriver implements SqlDriver {
   readonly #pool: pg.Pool;
   readonly #schema: string;
   readonly #executor: SqlExecutor;
+  readonly #url: string;
+  #listener: Promise<pg.Client> | undefined;
+  readonly #handlers = new Map<Channel, Set<(payload: string) => void>>();
 
   constructor(options: PostgresOptions) {
     this.#schema = options.schema;
+    this.#url = options.url;
     this.#pool = new pg.Pool({
       connectionString: options.url,
       max: options.poolSize,
@@ -98,6 +103,48 @@ export class PostgresDriver implements SqlDriver {
     await this.#pool.query(script);
   }
 
+  async notify(channel: Channel, payload: string): Promise<void> {
+    await this.#pool.query('SELECT pg_notify($1, $2)', [this.#channel(channel), payload]);
+  }
+
+  /** Channels carry the schema's name, so test runs and deployments sharing a database stay apart. */
+  #channel(channel: Channel): string {
+    return `${channel}_${this.#schema}`;
+  }
+
+  /** One dedicated connection LISTENs for every channel this process cares about. */
+  #connectListener(): Promise<pg.Client> {
+    this.#listener ??= (async () => {
+      const client = new pg.Client({ connectionString: this.#url });
+      client.on('notification', (message) => {
+        const channel = [...this.#handlers.keys()].find((c) => this.#channel(c) === message.channel);
+        for (const handler of channel ? (this.#handlers.get(channel) ?? []) : [])
+          handler(message.payload ?? '');
+      });
+      // A lost listener connection is not fatal: workers fall back to their slow poll.
+      client.on('error', () => {
+        this.#listener = undefined;
+      });
+      await client.connect();
+      return client;
+    })();
+    return this.#listener;
+  }
+
+  async listen(channel: Channel, handler: (payload: string) => void): Promise<() => Promise<void>> {
+    const client = await this.#connectListener();
+    let handlers = this.#handlers.get(channel);
+    if (!handlers) {
+      handlers = new Set();
+      this.#handlers.set(channel, handlers);
+      await client.query(`LISTEN "${this.#channel(channel)}"`);
+    }
+    handlers.add(handler);
+    return async () => {
+      handlers.delete(handler);
+    };
+  }
+
   /** Creates the configured schema when missing, so a fresh database needs no manual step. */
   async prepareDatabase(): Promise<void> {
     await this.#pool.query(`CREATE SCHEMA IF NOT EXISTS "${this.#schema}"`);
@@ -108,6 +155,9 @@ export class PostgresDriver implements SqlDriver {
   }
 
   async close(): Promise<void> {
+    const listener = this.#listener;
+    this.#listener = undefined;
+    if (listener) await (await listener).end().catch(() => undefined);
     await this.#pool.end();
   }
 }

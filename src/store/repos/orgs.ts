@@ -25,4 +25,22 @@ export class OrgRepository {
     const row = await this.db.get<{ n: number }>('SELECT COUNT(*) AS n FROM orgs');
     return Number(row?.n ?? 0);
   }
+
+  /** The secret that signs the organisation's webhooks when a submission brings none. */
+  async webhookSecret(orgId: string): Promise<string | null> {
+    const row = await this.db.get<{ webhook_secret: string | null }>(
+      'SELECT webhook_secret FROM orgs WHERE id = ?',
+      [orgId],
+    );
+    return row?.webhook_secret ?? null;
+  }
+
+  /** Sets the secret; with `onlyIfMissing` an existing one is kept. Answers the secret in force. */
+  async setWebhookSecret(orgId: string, secret: string, onlyIfMissing: boolean): Promise<string | null> {
+    await this.db.run(
+      `UPDATE orgs SET webhook_secret = ? WHERE id = ?${onlyIfMissing ? ' AND webhook_secret IS NULL' : ''}`,
+      [secret, orgId],
+    );
+    return this.webhookSecret(orgId);
+  }
 }

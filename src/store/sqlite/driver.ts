@@ -1,9 +1,16 @@
+import { EventEmitter } from 'node:events';
 import { mkdirSync } from 'node:fs';
 import path from 'node:path';
 import Database from 'better-sqlite3';
-import type { Dialect, SqlDriver, SqlExecutor } from '../driver.js';
+import type { Channel, Dialect, SqlDriver, SqlExecutor } from '../driver.js';
 
-const dialect: Dialect = { name: 'sqlite', binaryCollation: 'COLLATE BINARY', migrationLock: undefined };
+const dialect: Dialect = {
+  name: 'sqlite',
+  binaryCollation: 'COLLATE BINARY',
+  migrationLock: undefined,
+  // One connection writes at a time (BEGIN IMMEDIATE), so a claim can never race another.
+  skipLocked: '',
+};
 
 /**
  * better-sqlite3 is synchronous and holds one connection, so a transaction that awaits must not
@@ -15,6 +22,8 @@ export class SqliteDriver implements SqlDriver {
   readonly #statements = new Map<string, Database.Statement>();
   #queue: Promise<unknown> = Promise.resolve();
   #inTransaction = false;
+  /** SQLite's store belongs to one process, so its notifications never need to leave it. */
+  readonly #events = new EventEmitter().setMaxListeners(0);
 
   constructor(file: string) {
     if (file !== ':memory:') mkdirSync(path.dirname(path.resolve(file)), { recursive: true });
@@ -83,6 +92,17 @@ export class SqliteDriver implements SqlDriver {
 
   async exec(script: string): Promise<void> {
     await this.#when(async () => this.#db.exec(script));
+  }
+
+  async notify(channel: Channel, payload: string): Promise<void> {
+    this.#events.emit(channel, payload);
+  }
+
+  async listen(channel: Channel, handler: (payload: string) => void): Promise<() => Promise<void>> {
+    this.#events.on(channel, handler);
+    return async () => {
+      this.#events.off(channel, handler);
+    };
   }
 
   async prepareDatabase(): Promise<void> {}

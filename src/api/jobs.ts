@@ -1,0 +1,46 @@
+import type { FastifyInstance } from 'fastify';
+import { parseJobId } from '../jobs/present.js';
+import { ListJobsQuery, UsageQuery } from '../jobs/schemas.js';
+import type { JobService } from '../jobs/service.js';
+
+/** Polling, listing and cancelling jobs of every kind, under /v1 and /api/v1 alike; and the usage ledger. */
+export function jobRoutes(app: FastifyInstance, deps: { jobs: JobService }): void {
+  const { jobs } = deps;
+  for (const base of ['/v1/jobs', '/api/v1/jobs']) {
+    app.get<{ Params: { id: string } }>(`${base}/:id`, async (request) =>
+      jobs.poll(await jobs.get(request.auth.org_id, request.params.id)),
+    );
+
+    app.post<{ Params: { id: string } }>(`${base}/:id/cancel`, async (request) =>
+      jobs.poll(await jobs.cancel(request.auth.org_id, request.params.id)),
+    );
+
+    app.get<{ Querystring: ListJobsQuery }>(
+      base,
+      { schema: { querystring: ListJobsQuery } },
+      async (request) => {
+        const { status, kind, limit = 20, after } = request.query;
+        const page = await jobs.store.jobs.list(request.auth.org_id, {
+          limit,
+          ...(status ? { status } : {}),
+          ...(kind ? { kind } : {}),
+          // An unparseable cursor matches nothing rather than everything.
+          ...(after ? { after: parseJobId(after)?.id ?? '' } : {}),
+        });
+        const data = page.data.map((job) => jobs.poll(job));
+        return { object: 'list', data, has_more: page.has_more, last_id: data.at(-1)?.id ?? null };
+      },
+    );
+  }
+
+  app.get<{ Querystring: UsageQuery }>(
+    '/api/v1/usage',
+    { schema: { querystring: UsageQuery } },
+    async (request) => {
+      const until = request.query.until ?? Math.ceil(Date.now() / 1000);
+      const since = request.query.since ?? 0;
+      const data = await jobs.store.usage.summary(request.auth.org_id, since * 1000, until * 1000);
+      return { object: 'usage', since, until, data };
+    },
+  );
+}

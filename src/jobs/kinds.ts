@@ -1,0 +1,84 @@
+import type { JobOutcome, JobRow } from '../store/types.js';
+
+/** What a handler sees of its job while it runs. */
+export interface RunContext<Request> {
+  /** The public id (prefixed) and the bare UUID. */
+  readonly publicId: string;
+  readonly id: string;
+  readonly orgId: string;
+  readonly request: Request;
+  /** 1 on the first run; more after a crashed worker's job came back. */
+  readonly attempt: number;
+  /** Reports progress in [0, 1]; it shows in the poll body. */
+  progress(fraction: number): Promise<void>;
+  /** Sends partial output to requests waiting on the job (streams); nothing is stored. */
+  publish(data: unknown): Promise<void>;
+}
+
+export interface HandlerResult<Result> {
+  result: Result;
+  usage?: JobOutcome['usage'];
+}
+
+/**
+ * A job kind is a plug-in: how its submissions and polls look, how long it may wait and run,
+ * and the handler that does the work. It never sees HTTP, leases or the store.
+ */
+export interface JobKind<Request = unknown, Result = unknown> {
+  /** The `kind` field of the poll body, e.g. `chat`. */
+  readonly name: string;
+  /** Public id prefix, e.g. `chatcmpl-`. */
+  readonly idPrefix: string;
+  /** `object` of the 202 submission body, e.g. `chat.completion.async`. */
+  readonly submissionObject: string;
+  /** Where the submission's `polling_url` points: `/v1/jobs/` or `/api/v1/jobs/`. */
+  readonly pollingBase: '/v1/jobs/' | '/api/v1/jobs/';
+  /** A queued job not claimed within this many ms ends `timeout`. */
+  readonly queueTtlMs: number;
+  /** A run longer than this many ms is aborted and ends `timeout`. */
+  readonly runLimitMs: number;
+  /** Fields the submission body adds for this kind (transitions add model, size, size_adjusted). */
+  submissionExtras?(request: Request): Record<string, unknown>;
+  run(job: RunContext<Request>, signal: AbortSignal): Promise<HandlerResult<Result>>;
+}
+
+/**
+ * A handler's way to fail with a code of the catalogue (`inference-failed`, `workflow-model-missing`)
+ * and extra top-level fields for the poll body (`model`, `upstreamError`).
+ */
+export class JobFailure extends Error {
+  constructor(
+    readonly code: string,
+    message: string,
+    readonly extra: Record<string, unknown> = {},
+  ) {
+    super(message);
+    this.name = 'JobFailure';
+  }
+}
+
+export class KindRegistry {
+  readonly #kinds = new Map<string, JobKind>();
+
+  constructor(kinds: Iterable<JobKind<never, unknown>> = []) {
+    for (const kind of kinds) this.register(kind);
+  }
+
+  register(kind: JobKind<never, unknown>): void {
+    if (this.#kinds.has(kind.name)) throw new Error(`job kind ${kind.name} registered twice`);
+    this.#kinds.set(kind.name, kind as JobKind);
+  }
+
+  get(name: string): JobKind | undefined {
+    return this.#kinds.get(name);
+  }
+
+  names(): string[] {
+    return [...this.#kinds.keys()];
+  }
+
+  /** The prefix of a job's public id; a kind no longer registered still gets a readable one. */
+  prefixOf(job: Pick<JobRow, 'kind'>): string {
+    return this.#kinds.get(job.kind)?.idPrefix ?? 'job-';
+  }
+}

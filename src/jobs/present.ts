@@ -1,0 +1,48 @@
+import type { JobRow } from '../store/types.js';
+import type { JobKind, KindRegistry } from './kinds.js';
+
+const UUID = '[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}';
+const PUBLIC_ID = new RegExp(`^(?:([a-z]+-))?(${UUID})$`);
+
+/** `chatcmpl-<uuid>` or `<uuid>` → the UUID and the prefix given, if any; undefined for anything else. */
+export function parseJobId(text: string): { id: string; prefix: string | undefined } | undefined {
+  const match = PUBLIC_ID.exec(text.toLowerCase());
+  return match ? { id: match[2] as string, prefix: match[1] } : undefined;
+}
+
+const seconds = (ms: number | null) => (ms === null ? null : Math.floor(ms / 1000));
+const parse = (text: string | null): unknown => (text === null ? undefined : JSON.parse(text));
+
+/** The poll body: the same bytes for every poll of a terminal job, and what its webhook carries. */
+export function pollBody(job: JobRow, kinds: KindRegistry): Record<string, unknown> {
+  const body: Record<string, unknown> = {
+    id: `${kinds.prefixOf(job)}${job.id}`,
+    object: 'job',
+    kind: job.kind,
+    status: job.status,
+    created: seconds(job.created_at),
+    started_at: seconds(job.started_at),
+    finished_at: seconds(job.finished_at),
+  };
+  if (job.progress !== null) body.progress = job.progress;
+  if (job.result !== null) body.result = parse(job.result);
+  if (job.error_code !== null) {
+    body.code = job.error_code;
+    body.message = job.error_message;
+    // Extra top-level fields a kind attaches to its failures, e.g. `model` and `upstreamError`.
+    Object.assign(body, parse(job.error_details) ?? {});
+  }
+  return body;
+}
+
+/** The 202 answer to an async submission. */
+export function submissionBody(job: JobRow, kind: JobKind, request: unknown): Record<string, unknown> {
+  return {
+    id: `${kind.idPrefix}${job.id}`,
+    object: kind.submissionObject,
+    status: 'queued',
+    polling_url: `${kind.pollingBase}${job.id}`,
+    created: seconds(job.created_at),
+    ...(kind.submissionExtras?.(request) ?? {}),
+  };
+}

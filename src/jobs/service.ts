@@ -1,0 +1,248 @@
+import { createHash } from 'node:crypto';
+import { KilnError, notFound } from '../errors.js';
+import { uuidv7 } from '../ids.js';
+import type { FinishGuard, JobMode, JobOutcome, JobRow, JobStatus, Store } from '../store/index.js';
+import { TERMINAL_STATUSES } from '../store/types.js';
+import { type JobEvent, JobEvents } from './events.js';
+import type { JobKind, KindRegistry } from './kinds.js';
+import { parseJobId, pollBody } from './present.js';
+
+export interface JobSettings {
+  retentionMs: number;
+  maxAttempts: number;
+}
+
+export interface Submission {
+  kind: JobKind;
+  mode: JobMode;
+  orgId: string;
+  keyId: string;
+  request: unknown;
+  webhook?: { url: string; secret?: string | undefined } | undefined;
+  idempotencyKey?: string | undefined;
+}
+
+const IDEMPOTENCY_WINDOW_MS = 24 * 60 * 60 * 1000;
+
+/** Keys sorted at every level, so the same body always hashes the same. */
+function canonical(value: unknown): string {
+  if (Array.isArray(value)) return `[${value.map(canonical).join(',')}]`;
+  if (value && typeof value === 'object') {
+    const entries = Object.entries(value as Record<string, unknown>)
+      .filter(([, v]) => v !== undefined)
+      .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+    return `{${entries.map(([k, v]) => `${JSON.stringify(k)}:${canonical(v)}`).join(',')}}`;
+  }
+  return JSON.stringify(value);
+}
+
+export const isTerminal = (status: JobStatus) => TERMINAL_STATUSES.includes(status);
+
+/** Raised inside the submit transaction when a concurrent twin bound the idempotency key first. */
+class LostIdempotencyRace extends Error {}
+
+/**
+ * The job lifecycle as the API and the workers share it: submit, look up, cancel, and the one path
+ * that makes a job terminal (usage row and webhook outbox in the same transaction).
+ */
+export class JobService {
+  readonly events: JobEvents;
+
+  constructor(
+    readonly store: Store,
+    readonly kinds: KindRegistry,
+    readonly settings: JobSettings,
+  ) {
+    this.events = new JobEvents(store.driver);
+  }
+
+  start(): Promise<void> {
+    return this.events.start();
+  }
+
+  stop(): Promise<void> {
+    return this.events.stop();
+  }
+
+  /**
+   * Records a new job (committed before this returns) and wakes the workers. With an idempotency key
+   * already bound to the same body, answers that job with `replayed` instead.
+   */
+  async submit(submission: Submission): Promise<{ job: JobRow; replayed: boolean }> {
+    const { kind, orgId, idempotencyKey } = submission;
+    const requestHash = createHash('sha256')
+      .update(
+        canonical({
+          kind: kind.name,
+          mode: submission.mode,
+          request: submission.request,
+          webhook: submission.webhook,
+        }),
+      )
+      .digest('hex');
+
+    for (let attempt = 0; attempt < 3; attempt++) {
+      const now = Date.now();
+      const since = now - IDEMPOTENCY_WINDOW_MS;
+      if (idempotencyKey) {
+        const existing = await this.store.idempotency.find(orgId, idempotencyKey, since);
+        if (existing) return { job: await this.#replay(orgId, existing, requestHash), replayed: true };
+      }
+      const id = uuidv7(now);
+      try {
+        const job = await this.store.transaction(async (tx) => {
+          await tx.jobs.insert({
+            id,
+            org_id: orgId,
+            key_id: submission.keyId,
+            kind: kind.name,
+            mode: submission.mode,
+            request: JSON.stringify(submission.request),
+            max_attempts: this.settings.maxAttempts,
+            queue_deadline: now + kind.queueTtlMs,
+            run_limit_ms: kind.runLimitMs,
+            created_at: now,
+            webhook_url: submission.webhook?.url ?? null,
+            webhook_secret: submission.webhook?.secret ?? null,
+          });
+          if (
+            idempotencyKey &&
+            !(await tx.idempotency.bind(orgId, idempotencyKey, requestHash, id, now, since))
+          ) {
+            throw new LostIdempotencyRace();
+          }
+          return (await tx.jobs.byId(id)) as JobRow;
+        });
+        await this.store.driver.notify('kiln_jobs', kind.name);
+        return { job, replayed: false };
+      } catch (error) {
+        if (!(error instanceof LostIdempotencyRace)) throw error;
+      }
+    }
+    throw new KilnError(
+      'idempotency-key-in-progress',
+      'another request with this Idempotency-Key is being handled; retry shortly',
+    );
+  }
+
+  async #replay(
+    orgId: string,
+    existing: { request_hash: string; job_id: string },
+    requestHash: string,
+  ): Promise<JobRow> {
+    if (existing.request_hash !== requestHash) {
+      throw new KilnError(
+        'idempotency-key-reused',
+        'this Idempotency-Key was used with a different request body in the last 24 hours; use a new key for a new request',
+        { param: 'Idempotency-Key' },
+      );
+    }
+    const job = await this.store.jobs.get(orgId, existing.job_id);
+    if (!job) throw notFound('job', existing.job_id);
+    return job;
+  }
+
+  /** The caller's job by public or bare id: 404 for unknown or another organisation's, 410 once expired. */
+  async get(orgId: string, publicId: string): Promise<JobRow> {
+    const parsed = parseJobId(publicId);
+    const job = parsed ? await this.store.jobs.get(orgId, parsed.id) : undefined;
+    if (!job || !parsed || (parsed.prefix !== undefined && parsed.prefix !== this.kinds.prefixOf(job))) {
+      throw notFound('job', publicId);
+    }
+    if (job.expires_at !== null && job.expires_at <= Date.now()) {
+      throw new KilnError(
+        'job-expired',
+        `job ${publicId} finished more than the retention period ago and its result is gone`,
+      );
+    }
+    return job;
+  }
+
+  poll(job: JobRow): Record<string, unknown> {
+    return pollBody(job, this.kinds);
+  }
+
+  /** Cancels a queued or running job; a terminal one is 409 `job-already-terminal`. */
+  async cancel(orgId: string, publicId: string): Promise<JobRow> {
+    const job = await this.get(orgId, publicId);
+    const cancelled = await this.finish(
+      job.id,
+      { by: 'cancel', orgId },
+      {
+        status: 'cancelled',
+        error: { code: 'cancelled', message: 'the job was cancelled at the caller\u2019s request' },
+      },
+    );
+    if (cancelled) {
+      if (job.status === 'running') await this.events.publish({ t: 'cancel', id: job.id });
+      return cancelled;
+    }
+    const now = (await this.store.jobs.byId(job.id)) as JobRow;
+    throw new KilnError('job-already-terminal', `job ${publicId} is already ${now.status}`, {
+      attach: { job: this.poll(now) },
+    });
+  }
+
+  /**
+   * The one way a job becomes terminal. `guard` decides who may (the lease holder, a cancel, the
+   * sweeper); the usage row and the webhook delivery commit with the transition or not at all.
+   */
+  async finish(id: string, guard: FinishGuard, outcome: JobOutcome): Promise<JobRow | undefined> {
+    const now = Date.now();
+    const job = await this.store.transaction(async (tx) => {
+      const row = await tx.jobs.finish(id, guard, outcome, now, this.settings.retentionMs);
+      if (!row) return undefined;
+      await tx.usage.record(row, outcome.usage);
+      if (row.webhook_url) {
+        await tx.webhooks.enqueue({
+          jobId: row.id,
+          orgId: row.org_id,
+          url: row.webhook_url,
+          event: `job.${row.status}`,
+          body: JSON.stringify(this.poll(row)),
+          now,
+        });
+      }
+      return row;
+    });
+    if (job) {
+      await this.events.publish({ t: 'done', id });
+      if (job.webhook_url) await this.store.driver.notify('kiln_webhooks', id);
+    }
+    return job;
+  }
+
+  /**
+   * Waits until the job is terminal or `timeoutMs` passes; answers the row either way. Listens before
+   * it looks, so a finish in between is never missed, and re-reads now and then in case a
+   * notification was lost.
+   */
+  async waitForTerminal(id: string, timeoutMs: number, onEvent?: (event: JobEvent) => void): Promise<JobRow> {
+    const deadline = Date.now() + timeoutMs;
+    let wake: () => void = () => undefined;
+    const off = this.events.on(id, (event) => {
+      onEvent?.(event);
+      if (event.t === 'done') wake();
+    });
+    try {
+      for (;;) {
+        const woken = new Promise<void>((resolve) => {
+          wake = resolve;
+        });
+        const job = (await this.store.jobs.byId(id)) as JobRow;
+        const left = deadline - Date.now();
+        if (isTerminal(job.status) || left <= 0) return job;
+        let timer: NodeJS.Timeout | undefined;
+        await Promise.race([
+          woken,
+          new Promise<void>((resolve) => {
+            timer = setTimeout(resolve, Math.min(left, 1000));
+          }),
+        ]);
+        clearTimeout(timer);
+      }
+    } finally {
+      off();
+    }
+  }
+}

@@ -1,0 +1,62 @@
+import type { Logger } from 'pino';
+import type { JobService } from './service.js';
+
+/**
+ * Ends what no worker will: jobs past their queue TTL (`timeout`), and jobs whose worker died —
+ * requeued while attempts remain, else `failed` with `worker-lost`. Every process with workers runs
+ * one; the guarded statements make concurrent sweepers harmless.
+ */
+export class Sweeper {
+  #timer: NodeJS.Timeout | undefined;
+  #busy = false;
+
+  constructor(
+    private readonly jobs: JobService,
+    private readonly intervalMs: number,
+    private readonly log: Logger,
+  ) {}
+
+  start(): void {
+    this.#timer = setInterval(() => void this.sweep(), this.intervalMs);
+    this.#timer.unref();
+  }
+
+  stop(): void {
+    clearInterval(this.#timer);
+  }
+
+  async sweep(): Promise<void> {
+    if (this.#busy) return;
+    this.#busy = true;
+    try {
+      const now = Date.now();
+      const requeued = await this.jobs.store.jobs.requeueLost(now);
+      if (requeued > 0) {
+        this.log.warn({ requeued }, 'requeued jobs whose worker stopped renewing its lease');
+        await this.jobs.store.driver.notify('kiln_jobs', 'requeued');
+      }
+      for (const { id, why } of await this.jobs.store.jobs.overdue(now, 500)) {
+        await this.jobs.finish(
+          id,
+          { by: why, now },
+          why === 'queue-ttl'
+            ? {
+                status: 'timeout',
+                error: { code: 'queue-timeout', message: 'no worker took the job within its queue TTL' },
+              }
+            : {
+                status: 'failed',
+                error: {
+                  code: 'worker-lost',
+                  message: 'the workers running this job stopped responding on every attempt',
+                },
+              },
+        );
+      }
+    } catch (error) {
+      this.log.error({ err: error }, 'sweeping jobs failed; will retry');
+    } finally {
+      this.#busy = false;
+    }
+  }
+}

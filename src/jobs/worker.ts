@@ -1,0 +1,186 @@
+import { hostname } from 'node:os';
+import type { Logger } from 'pino';
+import { randomBase62 } from '../ids.js';
+import type { JobRow } from '../store/index.js';
+import { JobFailure, type RunContext } from './kinds.js';
+import type { JobService } from './service.js';
+
+export interface WorkerOptions {
+  /** Jobs run at once. */
+  concurrency: number;
+  leaseMs: number;
+  pollIntervalMs: number;
+}
+
+/** Why a running handler was told to stop. */
+type StopReason = 'cancelled' | 'run-limit' | 'lease-lost' | 'shutdown';
+
+interface Running {
+  job: JobRow;
+  controller: AbortController;
+  done: Promise<void>;
+}
+
+/**
+ * Claims jobs under a lease and runs their kind's handler. Wakes on the store's `kiln_jobs`
+ * notification and otherwise polls slowly; renews its leases while handlers run; aborts a handler
+ * that is cancelled, overruns its kind's run limit, or whose lease was lost.
+ */
+export class Worker {
+  readonly owner = `${hostname()}:${process.pid}:${randomBase62(6)}`;
+  readonly #running = new Map<string, Running>();
+  #stopping = false;
+  #wake: () => void = () => undefined;
+  #loop: Promise<void> | undefined;
+  #renewTimer: NodeJS.Timeout | undefined;
+  #unsubscribe: Array<() => unknown> = [];
+
+  constructor(
+    private readonly jobs: JobService,
+    private readonly options: WorkerOptions,
+    private readonly log: Logger,
+  ) {}
+
+  async start(): Promise<void> {
+    const { store, events } = this.jobs;
+    this.#unsubscribe.push(await store.driver.listen('kiln_jobs', () => this.#wake()));
+    this.#unsubscribe.push(
+      events.on('*', (event) => {
+        if (event.t === 'cancel')
+          this.#running.get(event.id)?.controller.abort('cancelled' satisfies StopReason);
+      }),
+    );
+    this.#renewTimer = setInterval(
+      () => void this.#renewLeases(),
+      Math.max(50, Math.floor(this.options.leaseMs / 3)),
+    );
+    this.#loop = this.#claimLoop();
+  }
+
+  /** Stops claiming, aborts running handlers and hands their jobs back to the queue at once. */
+  async stop(): Promise<void> {
+    this.#stopping = true;
+    this.#wake();
+    clearInterval(this.#renewTimer);
+    for (const off of this.#unsubscribe) await off();
+    for (const running of this.#running.values()) running.controller.abort('shutdown' satisfies StopReason);
+    await this.#loop;
+    await Promise.all([...this.#running.values()].map((r) => r.done));
+    const released = await this.jobs.store.jobs.release(this.owner, Date.now());
+    if (released > 0) {
+      this.log.info({ released }, 'handed running jobs back to the queue');
+      await this.jobs.store.driver.notify('kiln_jobs', 'released');
+    }
+  }
+
+  async #claimLoop(): Promise<void> {
+    const kinds = this.jobs.kinds.names();
+    while (!this.#stopping) {
+      const woken = new Promise<void>((resolve) => {
+        this.#wake = resolve;
+      });
+      try {
+        while (!this.#stopping && this.#running.size < this.options.concurrency) {
+          const now = Date.now();
+          const job = await this.jobs.store.jobs.claimNext(
+            this.owner,
+            kinds,
+            now,
+            now + this.options.leaseMs,
+          );
+          if (!job) break;
+          this.#start(job);
+        }
+      } catch (error) {
+        this.log.error({ err: error }, 'claiming jobs failed; retrying after the poll interval');
+      }
+      let timer: NodeJS.Timeout | undefined;
+      await Promise.race([woken, new Promise((r) => (timer = setTimeout(r, this.options.pollIntervalMs)))]);
+      clearTimeout(timer);
+    }
+  }
+
+  #start(job: JobRow): void {
+    const controller = new AbortController();
+    const running: Running = { job, controller, done: Promise.resolve() };
+    this.#running.set(job.id, running);
+    running.done = this.#run(job, controller).finally(() => {
+      this.#running.delete(job.id);
+      this.#wake();
+    });
+  }
+
+  async #run(job: JobRow, controller: AbortController): Promise<void> {
+    const kind = this.jobs.kinds.get(job.kind);
+    const log = this.log.child({ job_id: job.id, kind: job.kind, attempt: job.attempts });
+    const guard = { by: 'worker', owner: this.owner } as const;
+    if (!kind) {
+      await this.jobs.finish(job.id, guard, {
+        status: 'failed',
+        error: {
+          code: 'inference-failed',
+          message: `no handler for job kind ${job.kind} in this deployment`,
+        },
+      });
+      return;
+    }
+    const limit = setTimeout(
+      () => controller.abort('run-limit' satisfies StopReason),
+      Math.max(0, (job.run_deadline ?? Date.now()) - Date.now()),
+    );
+    const context: RunContext<unknown> = {
+      publicId: `${kind.idPrefix}${job.id}`,
+      id: job.id,
+      orgId: job.org_id,
+      request: JSON.parse(job.request),
+      attempt: job.attempts,
+      progress: async (fraction) => {
+        const progress = Math.min(1, Math.max(0, fraction));
+        await this.jobs.store.jobs.setProgress(job.id, this.owner, progress);
+        await this.jobs.events.publish({ t: 'progress', id: job.id, progress });
+      },
+      publish: (data) => this.jobs.events.publish({ t: 'part', id: job.id, data }),
+    };
+    try {
+      const { result, usage } = await kind.run(context, controller.signal);
+      if (controller.signal.aborted) throw new Error('aborted');
+      await this.jobs.finish(job.id, guard, { status: 'completed', result, usage });
+      log.debug('job completed');
+    } catch (error) {
+      const reason = controller.signal.aborted ? (controller.signal.reason as StopReason) : undefined;
+      if (reason === 'run-limit') {
+        await this.jobs.finish(job.id, guard, {
+          status: 'timeout',
+          error: {
+            code: 'run-timeout',
+            message: `the job ran longer than the ${kind.runLimitMs} ms its kind allows`,
+          },
+        });
+      } else if (reason === undefined) {
+        const failure =
+          error instanceof JobFailure
+            ? { code: error.code, message: error.message, details: error.extra }
+            : { code: 'inference-failed', message: error instanceof Error ? error.message : String(error) };
+        await this.jobs.finish(job.id, guard, { status: 'failed', error: failure });
+        log.info({ code: failure.code }, 'job failed');
+      }
+      // cancelled: already terminal; lease-lost: another worker has it; shutdown: released in stop().
+    } finally {
+      clearTimeout(limit);
+    }
+  }
+
+  /** Renews every lease in one statement; a job no longer held (cancelled, reclaimed) is aborted. */
+  async #renewLeases(): Promise<void> {
+    const ids = [...this.#running.keys()];
+    if (ids.length === 0) return;
+    try {
+      const held = await this.jobs.store.jobs.renewLeases(this.owner, ids, Date.now() + this.options.leaseMs);
+      for (const id of ids) {
+        if (!held.has(id)) this.#running.get(id)?.controller.abort('lease-lost' satisfies StopReason);
+      }
+    } catch (error) {
+      this.log.warn({ err: error }, 'renewing leases failed; will retry');
+    }
+  }
+}

@@ -1,0 +1,202 @@
+import type { Dialect, SqlExecutor } from '../driver.js';
+import type { JobOutcome, JobRow, JobStatus } from '../types.js';
+
+/** Who may make a job terminal, checked in the UPDATE itself so only one party ever wins. */
+export type FinishGuard =
+  | { by: 'worker'; owner: string }
+  | { by: 'cancel'; orgId: string }
+  | { by: 'queue-ttl'; now: number }
+  | { by: 'lease-lost'; now: number };
+
+const GUARDS: Record<FinishGuard['by'], string> = {
+  worker: `status = 'running' AND lease_owner = ?`,
+  cancel: `status IN ('queued', 'running') AND org_id = ?`,
+  'queue-ttl': `status = 'queued' AND queue_deadline <= ?`,
+  'lease-lost': `status = 'running' AND lease_expires_at < ? AND attempts >= max_attempts`,
+};
+
+const guardValue = (guard: FinishGuard) =>
+  guard.by === 'worker' ? guard.owner : guard.by === 'cancel' ? guard.orgId : guard.now;
+
+const json = (value: unknown) => (value === undefined ? null : JSON.stringify(value));
+const placeholders = (n: number) => Array.from({ length: n }, () => '?').join(', ');
+
+export type NewJob = Pick<
+  JobRow,
+  | 'id'
+  | 'org_id'
+  | 'key_id'
+  | 'kind'
+  | 'mode'
+  | 'request'
+  | 'max_attempts'
+  | 'queue_deadline'
+  | 'run_limit_ms'
+  | 'created_at'
+  | 'webhook_url'
+  | 'webhook_secret'
+>;
+
+/** The queue's statements, one method each; every change to a running job names its lease holder. */
+export class JobRepository {
+  constructor(
+    private readonly db: SqlExecutor,
+    private readonly dialect: Dialect,
+  ) {}
+
+  async insert(job: NewJob): Promise<void> {
+    await this.db.run(
+      `INSERT INTO jobs (id, org_id, key_id, kind, mode, status, request, max_attempts, queue_deadline, run_limit_ms, created_at, webhook_url, webhook_secret)
+       VALUES (?, ?, ?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?)`,
+      [
+        job.id,
+        job.org_id,
+        job.key_id,
+        job.kind,
+        job.mode,
+        job.request,
+        job.max_attempts,
+        job.queue_deadline,
+        job.run_limit_ms,
+        job.created_at,
+        job.webhook_url,
+        job.webhook_secret,
+      ],
+    );
+  }
+
+  /** Takes the oldest queued job of these kinds for `owner` until `leaseUntil`; undefined when none is waiting. */
+  async claimNext(
+    owner: string,
+    kinds: readonly string[],
+    now: number,
+    leaseUntil: number,
+  ): Promise<JobRow | undefined> {
+    if (kinds.length === 0) return undefined;
+    return this.db.get<JobRow>(
+      `UPDATE jobs SET status = 'running', lease_owner = ?, lease_expires_at = ?, attempts = attempts + 1,
+         started_at = COALESCE(started_at, ?), run_deadline = ? + run_limit_ms
+       WHERE id = (
+         SELECT id FROM jobs WHERE status = 'queued' AND queue_deadline > ? AND kind IN (${placeholders(kinds.length)})
+         ORDER BY id LIMIT 1${this.dialect.skipLocked}
+       ) AND status = 'queued'
+       RETURNING *`,
+      [owner, leaseUntil, now, now, now, ...kinds],
+    );
+  }
+
+  /** Extends `owner`'s leases; answers the ids it still holds (a cancelled or reclaimed job is missing). */
+  async renewLeases(owner: string, ids: readonly string[], leaseUntil: number): Promise<Set<string>> {
+    if (ids.length === 0) return new Set();
+    const rows = await this.db.all<{ id: string }>(
+      `UPDATE jobs SET lease_expires_at = ? WHERE lease_owner = ? AND status = 'running' AND id IN (${placeholders(ids.length)}) RETURNING id`,
+      [leaseUntil, owner, ...ids],
+    );
+    return new Set(rows.map((r) => r.id));
+  }
+
+  /** Hands `owner`'s running jobs back to the queue (graceful shutdown): the interrupted run is not counted. */
+  async release(owner: string, now: number): Promise<number> {
+    return this.db.run(
+      `UPDATE jobs SET status = 'queued', lease_owner = NULL, lease_expires_at = NULL, run_deadline = NULL,
+         attempts = attempts - 1, queue_deadline = ? + (queue_deadline - created_at)
+       WHERE status = 'running' AND lease_owner = ?`,
+      [now, owner],
+    );
+  }
+
+  async setProgress(id: string, owner: string, progress: number): Promise<void> {
+    await this.db.run(
+      `UPDATE jobs SET progress = ? WHERE id = ? AND status = 'running' AND lease_owner = ?`,
+      [progress, id, owner],
+    );
+  }
+
+  /** Makes the job terminal if `guard` still holds; answers the terminal row, or undefined if another party won. */
+  async finish(
+    id: string,
+    guard: FinishGuard,
+    outcome: JobOutcome,
+    now: number,
+    retentionMs: number,
+  ): Promise<JobRow | undefined> {
+    return this.db.get<JobRow>(
+      `UPDATE jobs SET status = ?, result = ?, error_code = ?, error_message = ?, error_details = ?,
+         finished_at = ?, expires_at = ?, lease_owner = NULL, lease_expires_at = NULL,
+         progress = CASE WHEN ? = 'completed' THEN 1 ELSE progress END
+       WHERE id = ? AND ${GUARDS[guard.by]}
+       RETURNING *`,
+      [
+        outcome.status,
+        json(outcome.result),
+        outcome.error?.code ?? null,
+        outcome.error?.message ?? null,
+        json(outcome.error?.details),
+        now,
+        now + retentionMs,
+        outcome.status,
+        id,
+        guardValue(guard),
+      ],
+    );
+  }
+
+  /**
+   * Jobs whose worker stopped renewing its lease go back to the queue with a fresh queue TTL, while
+   * they have attempts left. Answers how many.
+   */
+  async requeueLost(now: number): Promise<number> {
+    return this.db.run(
+      `UPDATE jobs SET status = 'queued', lease_owner = NULL, lease_expires_at = NULL, run_deadline = NULL,
+         queue_deadline = ? + (queue_deadline - created_at)
+       WHERE status = 'running' AND lease_expires_at < ? AND attempts < max_attempts`,
+      [now, now],
+    );
+  }
+
+  /** Ids of jobs that must now end without a worker: queue TTL passed, or a lost lease with no attempts left. */
+  async overdue(now: number, limit: number): Promise<Array<{ id: string; why: 'queue-ttl' | 'lease-lost' }>> {
+    return this.db.all(
+      `SELECT id, 'queue-ttl' AS why FROM jobs WHERE status = 'queued' AND queue_deadline <= ?
+       UNION ALL
+       SELECT id, 'lease-lost' AS why FROM jobs WHERE status = 'running' AND lease_expires_at < ? AND attempts >= max_attempts
+       LIMIT ?`,
+      [now, now, limit],
+    );
+  }
+
+  async get(orgId: string, id: string): Promise<JobRow | undefined> {
+    return this.db.get<JobRow>('SELECT * FROM jobs WHERE id = ? AND org_id = ?', [id, orgId]);
+  }
+
+  async byId(id: string): Promise<JobRow | undefined> {
+    return this.db.get<JobRow>('SELECT * FROM jobs WHERE id = ?', [id]);
+  }
+
+  /** The organisation's jobs, newest first; `after` is the last id of the previous page. */
+  async list(
+    orgId: string,
+    options: { status?: JobStatus; kind?: string; after?: string; limit: number },
+  ): Promise<{ data: JobRow[]; has_more: boolean }> {
+    const where = ['org_id = ?'];
+    const params: unknown[] = [orgId];
+    if (options.status) {
+      where.push('status = ?');
+      params.push(options.status);
+    }
+    if (options.kind) {
+      where.push('kind = ?');
+      params.push(options.kind);
+    }
+    if (options.after) {
+      where.push('id < ?');
+      params.push(options.after);
+    }
+    params.push(options.limit + 1);
+    const rows = await this.db.all<JobRow>(
+      `SELECT * FROM jobs WHERE ${where.join(' AND ')} ORDER BY id DESC LIMIT ?`,
+      params,
+    );
+    return { data: rows.slice(0, options.limit), has_more: rows.length > options.limit };
+  }
+}

@@ -1,0 +1,98 @@
+import { randomBase62 } from '../../ids.js';
+import type { Dialect, SqlExecutor } from '../driver.js';
+import type { WebhookDelivery } from '../types.js';
+
+const placeholders = (n: number) => Array.from({ length: n }, () => '?').join(', ');
+
+/** The webhook outbox: rows written with the terminal transition, delivered and retried from here. */
+export class WebhookRepository {
+  constructor(
+    private readonly db: SqlExecutor,
+    private readonly dialect: Dialect,
+  ) {}
+
+  async enqueue(input: {
+    jobId: string;
+    orgId: string;
+    url: string;
+    event: string;
+    body: string;
+    now: number;
+  }): Promise<string> {
+    const id = `whd_${randomBase62(24)}`;
+    await this.db.run(
+      `INSERT INTO webhook_deliveries (id, job_id, org_id, url, event, body, status, next_attempt_at, created_at)
+       VALUES (?, ?, ?, ?, ?, ?, 'pending', ?, ?) ON CONFLICT (job_id) DO NOTHING`,
+      [id, input.jobId, input.orgId, input.url, input.event, input.body, input.now, input.now],
+    );
+    return id;
+  }
+
+  /** Leases up to `limit` due deliveries to `owner`, with the secret each is signed with. */
+  async claimDue(owner: string, now: number, leaseUntil: number, limit: number): Promise<WebhookDelivery[]> {
+    const claimed = await this.db.all<{ id: string }>(
+      `UPDATE webhook_deliveries SET lease_owner = ?, lease_expires_at = ?
+       WHERE id IN (
+         SELECT id FROM webhook_deliveries
+         WHERE status = 'pending' AND next_attempt_at <= ? AND (lease_expires_at IS NULL OR lease_expires_at < ?)
+         ORDER BY next_attempt_at LIMIT ?${this.dialect.skipLocked}
+       )
+       RETURNING id`,
+      [owner, leaseUntil, now, now, limit],
+    );
+    if (claimed.length === 0) return [];
+    return this.db.all<WebhookDelivery>(
+      `SELECT d.id, d.job_id, d.org_id, d.url, d.event, d.body, d.attempts,
+         COALESCE(j.webhook_secret, o.webhook_secret) AS secret
+       FROM webhook_deliveries d JOIN jobs j ON j.id = d.job_id JOIN orgs o ON o.id = d.org_id
+       WHERE d.id IN (${placeholders(claimed.length)}) AND d.lease_owner = ?`,
+      [...claimed.map((c) => c.id), owner],
+    );
+  }
+
+  /** Records one attempt's outcome; `next` set means try again then, otherwise `status` is final. */
+  async recordAttempt(
+    id: string,
+    owner: string,
+    attempt: {
+      status: 'pending' | 'delivered' | 'failed' | 'gone';
+      httpStatus: number | null;
+      error: string | null;
+      next: number | null;
+      now: number;
+    },
+  ): Promise<void> {
+    await this.db.run(
+      `UPDATE webhook_deliveries SET status = ?, attempts = attempts + 1, last_status = ?, last_error = ?,
+         next_attempt_at = COALESCE(?, next_attempt_at), lease_owner = NULL, lease_expires_at = NULL,
+         delivered_at = CASE WHEN ? = 'delivered' THEN ? ELSE delivered_at END
+       WHERE id = ? AND lease_owner = ?`,
+      [
+        attempt.status,
+        attempt.httpStatus,
+        attempt.error,
+        attempt.next,
+        attempt.status,
+        attempt.now,
+        id,
+        owner,
+      ],
+    );
+  }
+
+  /** When the next pending delivery falls due, if any. */
+  async nextDueAt(): Promise<number | undefined> {
+    const row = await this.db.get<{ at: number | string | null }>(
+      `SELECT MIN(next_attempt_at) AS at FROM webhook_deliveries WHERE status = 'pending'`,
+    );
+    return row?.at === null || row?.at === undefined ? undefined : Number(row.at);
+  }
+
+  async forJob(
+    jobId: string,
+  ): Promise<{ id: string; status: string; attempts: number; last_status: number | null } | undefined> {
+    return this.db.get('SELECT id, status, attempts, last_status FROM webhook_deliveries WHERE job_id = ?', [
+      jobId,
+    ]);
+  }
+}
