@@ -13,6 +13,8 @@ export interface JobSettings {
 }
 
 export interface Submission {
+  /** The job's UUID, when the caller must know it before the job can start (to listen for partial output). */
+  id?: string;
   kind: JobKind;
   mode: JobMode;
   orgId: string;
@@ -88,7 +90,7 @@ export class JobService {
         const existing = await this.store.idempotency.find(orgId, idempotencyKey, since);
         if (existing) return { job: await this.#replay(orgId, existing, requestHash), replayed: true };
       }
-      const id = uuidv7(now);
+      const id = submission.id ?? uuidv7(now);
       try {
         const job = await this.store.transaction(async (tx) => {
           await tx.jobs.insert({

@@ -1,0 +1,150 @@
+import { pino } from 'pino';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { uuidv7 } from '../../src/ids.js';
+import { KindRegistry } from '../../src/jobs/kinds.js';
+import { JobService } from '../../src/jobs/service.js';
+import { Sweeper } from '../../src/jobs/sweeper.js';
+import type { JobRow, Store } from '../../src/store/index.js';
+import { sleepKind } from '../fixtures/sleep-kind.js';
+import { caseTitle, freshStore, storeCases } from '../helpers/stores.js';
+
+/** The queue's statements and the sweeper against each store: leases, terminal states, lost workers. */
+for (const storeCase of storeCases) {
+  describe.skipIf(storeCase.skip)(`job queue: ${caseTitle(storeCase)}`, () => {
+    let store: Store;
+    let close: () => Promise<void>;
+    let jobs: JobService;
+    let orgId: string;
+    const kind = sleepKind({ queueTtlMs: 60_000, runLimitMs: 60_000 });
+
+    beforeEach(async () => {
+      ({ store, close } = await freshStore(storeCase));
+      orgId = (await store.orgs.create('acme'))?.id as string;
+      jobs = new JobService(store, new KindRegistry([kind]), { retentionMs: 60_000, maxAttempts: 3 });
+      await jobs.start();
+    });
+    afterEach(async () => {
+      await jobs.stop();
+      await close();
+    });
+
+    const submit = async () =>
+      (
+        await jobs.submit({
+          kind: kind as never,
+          mode: 'async',
+          orgId,
+          keyId: 'key_test',
+          request: { ms: 1 },
+        })
+      ).job;
+    const claim = (owner: string, leaseMs = 60_000) =>
+      store.jobs.claimNext(owner, ['test.sleep'], Date.now(), Date.now() + leaseMs);
+
+    it('claims each job once, oldest first, and only jobs of the kinds asked for', async () => {
+      const a = await submit();
+      const b = await submit();
+      expect(await store.jobs.claimNext('w1', ['other.kind'], Date.now(), Date.now() + 1000)).toBeUndefined();
+      const first = await claim('w1');
+      const second = await claim('w2');
+      expect([first?.id, second?.id]).toEqual([a.id, b.id]);
+      expect(first).toMatchObject({ status: 'running', lease_owner: 'w1', attempts: 1 });
+      expect(await claim('w3')).toBeUndefined();
+    });
+
+    it('only the lease holder can finish a running job, and a terminal job never changes again', async () => {
+      const job = await submit();
+      await claim('w1');
+      expect(
+        await jobs.finish(job.id, { by: 'worker', owner: 'intruder' }, { status: 'completed', result: 1 }),
+      ).toBeUndefined();
+      expect(await store.jobs.renewLeases('intruder', [job.id], Date.now() + 1000)).toEqual(new Set());
+      const done = await jobs.finish(
+        job.id,
+        { by: 'worker', owner: 'w1' },
+        { status: 'completed', result: { ok: true } },
+      );
+      expect(done?.status).toBe('completed');
+      for (const guard of [
+        { by: 'worker', owner: 'w1' },
+        { by: 'cancel', orgId },
+        { by: 'queue-ttl', now: Date.now() + 1e9 },
+      ] as const) {
+        expect(
+          await jobs.finish(job.id, guard, { status: 'failed', error: { code: 'x', message: 'y' } }),
+        ).toBeUndefined();
+      }
+      expect(await store.jobs.renewLeases('w1', [job.id], Date.now() + 1000)).toEqual(new Set());
+      expect((await store.jobs.byId(job.id))?.result).toBe('{"ok":true}');
+      expect(await store.usage.countForJob(job.id)).toBe(1);
+    });
+
+    it('concurrent claimers never take the same job', async () => {
+      for (let i = 0; i < 60; i++) await submit();
+      const claimed = await Promise.all(Array.from({ length: 80 }, (_, i) => claim(`w${i % 7}`)));
+      const ids = claimed.filter((j): j is JobRow => j !== undefined).map((j) => j.id);
+      expect(ids).toHaveLength(60);
+      expect(new Set(ids).size).toBe(60);
+    });
+
+    it('a job whose worker died is requeued, then failed worker-lost after its attempts', async () => {
+      const job = await submit();
+      const sweeper = new Sweeper(jobs, 1_000_000, pino({ level: 'silent' }));
+      for (let attempt = 1; attempt <= 3; attempt++) {
+        const claimed = await claim(`dead-worker-${attempt}`, -1); // a lease that has already expired
+        expect(claimed).toMatchObject({ id: job.id, attempts: attempt });
+        await sweeper.sweep();
+        const row = (await store.jobs.byId(job.id)) as JobRow;
+        expect(row.status).toBe(attempt < 3 ? 'queued' : 'failed');
+      }
+      const failed = (await store.jobs.byId(job.id)) as JobRow;
+      expect(failed).toMatchObject({ error_code: 'worker-lost', attempts: 3, lease_owner: null });
+      expect(await store.usage.countForJob(job.id)).toBe(1);
+    });
+
+    it('a job nobody claims within its queue TTL ends timeout', async () => {
+      const id = uuidv7();
+      const now = Date.now();
+      await store.jobs.insert({
+        id,
+        org_id: orgId,
+        key_id: 'key_test',
+        kind: 'test.sleep',
+        mode: 'async',
+        request: '{"ms":1}',
+        max_attempts: 3,
+        queue_deadline: now - 1,
+        run_limit_ms: 1000,
+        created_at: now - 10,
+        webhook_url: null,
+        webhook_secret: null,
+      });
+      expect(await claim('w1')).toBeUndefined();
+      await new Sweeper(jobs, 1_000_000, pino({ level: 'silent' })).sweep();
+      expect(await store.jobs.byId(id)).toMatchObject({ status: 'timeout', error_code: 'queue-timeout' });
+    });
+
+    it('cancel wins over a worker finishing later, and writes one usage row', async () => {
+      const job = await submit();
+      await claim('w1');
+      const cancelled = await jobs.cancel(orgId, job.id);
+      expect(cancelled.status).toBe('cancelled');
+      expect(
+        await jobs.finish(job.id, { by: 'worker', owner: 'w1' }, { status: 'completed', result: 1 }),
+      ).toBeUndefined();
+      expect((await store.jobs.byId(job.id))?.status).toBe('cancelled');
+      expect(await store.usage.countForJob(job.id)).toBe(1);
+    });
+
+    it('a graceful shutdown hands running jobs back without counting the attempt', async () => {
+      const job = await submit();
+      await claim('w1');
+      expect(await store.jobs.release('w1', Date.now())).toBe(1);
+      expect(await store.jobs.byId(job.id)).toMatchObject({
+        status: 'queued',
+        attempts: 0,
+        lease_owner: null,
+      });
+    });
+  });
+}
