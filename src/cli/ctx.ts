@@ -26,7 +26,13 @@ async function contentOf(options: SaveOptions): Promise<string> {
   ].filter(Boolean);
   if (given.length > 1) throw new UsageError('give the content one way only: -c, --from-clipboard or --file');
   if (options.content !== undefined) return options.content;
-  if (options.fromClipboard) return readClipboard();
+  if (options.fromClipboard) {
+    const pasted = await readClipboard();
+    // An empty clipboard is almost always a mistake, and saving it would wipe the context.
+    if (pasted === '')
+      throw new UsageError('the clipboard is empty: copy the content first, or pass it with -c or --file');
+    return pasted;
+  }
   if (options.file !== undefined) {
     try {
       return await readFile(options.file, 'utf8');
@@ -41,7 +47,13 @@ async function contentOf(options: SaveOptions): Promise<string> {
       'no content: pass -c <content>, --from-clipboard, --file <path>, or pipe it on stdin',
     );
   }
-  return readStdin();
+  const piped = await readStdin();
+  // Empty stdin (cron, CI, </dev/null) is a missing input, not an empty context to save over the old one.
+  if (piped === '')
+    throw new UsageError(
+      'no content on stdin: pass -c <content>, --from-clipboard, --file <path>, or pipe it in',
+    );
+  return piped;
 }
 
 export function ctxCommands(program: Command): void {

@@ -1,0 +1,296 @@
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type Kiln, kilnWith } from '../helpers/cli.js';
+import { startTestServer, type TestServer } from '../helpers/server.js';
+import { storeCases } from '../helpers/stores.js';
+import { probeClipboard, readClipboardBytes, startXvfb, writeClipboard, type Xvfb } from '../helpers/xvfb.js';
+
+/**
+ * The `kiln` CLI as a user runs it: `node bin/kiln.js …` in child processes, against a real
+ * gateway (sqlite store) listening on loopback, with a real X clipboard (Xvfb) where one is needed.
+ */
+
+const sqlite = storeCases[0] as (typeof storeCases)[number];
+const clipboard = probeClipboard();
+
+/** Multi-line, multi-byte, with tabs, quotes, backslashes and a trailing newline: any mangling shows. */
+const RUNBOOK = [
+  'Deploy runbook — prod',
+  '',
+  '1. Drain «web-1»: kubectl drain web-1 --ignore-daemonsets',
+  '2. Ship it 🚀  (naïve café, 日本語, ümlaut)',
+  '\tindented with a tab, "double" and \'single\' quotes, a \\ backslash',
+  '',
+].join('\n');
+
+const bytes = (text: string) => Buffer.byteLength(text, 'utf8');
+
+/** A scratch directory, removed in afterAll; also the children's cwd (no kiln.yaml, no ./data). */
+let workDir: string;
+beforeAll(() => {
+  workDir = mkdtempSync(path.join(tmpdir(), 'kiln-cli-test-'));
+});
+afterAll(() => rmSync(workDir, { recursive: true, force: true }));
+
+describe('kiln ctx against a running gateway', () => {
+  let server: TestServer;
+  /** `kiln` as a member of the `default` organisation: KILN_BASE_URL and KILN_API_KEY, no display. */
+  let ctx: Kiln;
+
+  beforeAll(async () => {
+    server = await startTestServer(sqlite);
+    ctx = kilnWith({ cwd: workDir, env: { KILN_BASE_URL: server.url, KILN_API_KEY: server.adminKey } });
+  });
+  afterAll(async () => server?.close());
+
+  /** Saves through the HTTP API, for tests whose subject is not saving. */
+  async function seed(name: string, content: string): Promise<string> {
+    const { status, body } = await server.call('POST', '/api/v1/contexts', { body: { name, content } });
+    expect(status).toBe(201);
+    return body.id as string;
+  }
+
+  async function contentOnServer(name: string): Promise<string> {
+    const { status, body } = await server.call('GET', `/api/v1/contexts/${name}`);
+    expect(status).toBe(200);
+    return body.content as string;
+  }
+
+  describe(`with a real clipboard (Xvfb)${clipboard.available ? '' : ` (skipped: ${clipboard.reason})`}`, {
+    skip: !clipboard.available,
+  }, () => {
+    let xvfb: Xvfb;
+    /** `kiln` with DISPLAY set to the test's own X server. */
+    let ctxOnDisplay: Kiln;
+
+    beforeAll(async () => {
+      xvfb = await startXvfb();
+      ctxOnDisplay = (args, options = {}) =>
+        ctx(args, { ...options, env: { ...options.env, DISPLAY: xvfb.display } });
+    });
+    afterAll(async () => xvfb?.stop());
+
+    it('save -c reports id, size and sharing; get -c puts the exact bytes on the clipboard', async () => {
+      const saved = await ctxOnDisplay(['ctx', 'save', '-c', RUNBOOK, '--name', 'runbook']);
+      expect(saved.stderr).toBe('');
+      expect(saved.code).toBe(0);
+      const match =
+        /^saved (ctx_[0-9a-f]{32}) 'runbook' \((\d+) bytes, version 1\), shared with your organisation\n$/.exec(
+          saved.stdout,
+        );
+      expect(match, saved.stdout).not.toBeNull();
+      const [, id, size] = match as RegExpExecArray;
+      expect(Number(size)).toBe(bytes(RUNBOOK));
+
+      const copied = await ctxOnDisplay(['ctx', 'get', '-c', 'runbook']);
+      expect(copied.stderr).toBe('');
+      expect(copied.code).toBe(0);
+      expect(copied.stdout).toBe(
+        `copied ${id} 'runbook' (${bytes(RUNBOOK)} bytes, version 1) to the clipboard\n`,
+      );
+      // Read back by another program, after kiln has exited: the content stays on the clipboard.
+      const onClipboard = await readClipboardBytes(xvfb.display);
+      expect(onClipboard.toString('utf8')).toBe(RUNBOOK);
+      expect(onClipboard.equals(Buffer.from(RUNBOOK, 'utf8'))).toBe(true);
+    });
+
+    it('save --from-clipboard saves what another program put on the clipboard', async () => {
+      const text = `copied from the browser: ✓ ünïcödé 🚀\nsecond line\n\n`;
+      await writeClipboard(xvfb.display, text);
+      const saved = await ctxOnDisplay(['ctx', 'save', '--from-clipboard', '--name', 'from-clipboard']);
+      expect(saved.stderr).toBe('');
+      expect(saved.code).toBe(0);
+      expect(saved.stdout).toMatch(
+        new RegExp(`^saved ctx_\\w+ 'from-clipboard' \\(${bytes(text)} bytes, version 1\\)`),
+      );
+      expect(await contentOnServer('from-clipboard')).toBe(text);
+    });
+  });
+
+  it('save --file and piped stdin save the exact content; the same name again replaces it as version 2', async () => {
+    const file = path.join(workDir, 'notes.md');
+    writeFileSync(file, RUNBOOK);
+    const [fromFile, fromStdin] = await Promise.all([
+      ctx(['ctx', 'save', '--file', file, '--name', 'notes']),
+      ctx(['ctx', 'save', '--name', 'piped'], { input: RUNBOOK }),
+    ]);
+    for (const [result, name] of [
+      [fromFile, 'notes'],
+      [fromStdin, 'piped'],
+    ] as const) {
+      expect(result.stderr).toBe('');
+      expect(result.code).toBe(0);
+      expect(result.stdout).toMatch(
+        new RegExp(
+          `^saved ctx_\\w+ '${name}' \\(${bytes(RUNBOOK)} bytes, version 1\\), shared with your organisation\\n$`,
+        ),
+      );
+    }
+    expect(await contentOnServer('notes')).toBe(RUNBOOK);
+    expect(await contentOnServer('piped')).toBe(RUNBOOK);
+
+    const firstId = /ctx_\w+/.exec(fromStdin.stdout)?.[0];
+    const second = 'version two — ✓\n';
+    const replaced = await ctx(['ctx', 'save', '--name', 'piped'], { input: second });
+    expect(replaced.code).toBe(0);
+    expect(replaced.stdout).toBe(
+      `replaced ${firstId} 'piped' (${bytes(second)} bytes, version 2), shared with your organisation\n`,
+    );
+    expect(await contentOnServer('piped')).toBe(second);
+
+    // Empty stdin (cron, CI) is refused rather than saved over the context as a new, empty version.
+    const empty = await ctx(['ctx', 'save', '--name', 'piped'], { input: '' });
+    expect(empty.code).not.toBe(0);
+    expect(empty.stderr).toMatch(/no content on stdin/);
+    expect(await contentOnServer('piped')).toBe(second);
+  });
+
+  it('get --stdout prints exactly the content, by name or by id', async () => {
+    const id = await seed('handbook', RUNBOOK);
+    const [byName, byId] = await Promise.all([
+      ctx(['ctx', 'get', '-c', 'handbook', '--stdout']),
+      ctx(['ctx', 'get', id, '--stdout']),
+    ]);
+    for (const result of [byName, byId]) {
+      expect(result.stderr).toBe('');
+      expect(result.code).toBe(0);
+      expect(result.stdout).toBe(RUNBOOK);
+    }
+  });
+
+  it('without a display, get and save --from-clipboard say there is no clipboard and what to do instead', async () => {
+    await seed('headless', RUNBOOK);
+    const noDisplay = { DISPLAY: undefined, WAYLAND_DISPLAY: undefined };
+    const [get, save] = await Promise.all([
+      ctx(['ctx', 'get', '-c', 'headless'], { env: noDisplay }),
+      ctx(['ctx', 'save', '--from-clipboard', '--name', 'z'], { env: noDisplay }),
+    ]);
+
+    expect(get.code).not.toBe(0);
+    expect(get.stdout).toBe('');
+    expect(get.stderr).toMatch(
+      /^kiln: no clipboard is available .*; use --stdout to print the content instead\n$/,
+    );
+
+    expect(save.code).not.toBe(0);
+    expect(save.stdout).toBe('');
+    expect(save.stderr).toMatch(/^kiln: no clipboard is available .*; pass the content with -c <content>/);
+    expect((await server.call('GET', '/api/v1/contexts/z')).status).toBe(404);
+  });
+
+  it('list shows the names; rm deletes, after which get is not-found', async () => {
+    const id = await seed('to-delete', 'short-lived');
+    await seed('to-keep', 'stays');
+
+    const listed = await ctx(['ctx', 'list']);
+    expect(listed.code).toBe(0);
+    const names = listed.stdout
+      .trimEnd()
+      .split('\n')
+      .map((line) => line.split(/\s+/)[1]);
+    expect(names[0]).toBe('NAME');
+    expect(names).toEqual(expect.arrayContaining(['to-delete', 'to-keep']));
+
+    const removed = await ctx(['ctx', 'rm', 'to-delete']);
+    expect(removed.code).toBe(0);
+    expect(removed.stdout).toBe(`deleted ${id}\n`);
+
+    const gone = await ctx(['ctx', 'get', '-c', 'to-delete', '--stdout']);
+    expect(gone.code).not.toBe(0);
+    expect(gone.stdout).toBe('');
+    expect(gone.stderr).toBe("kiln: not-found (HTTP 404): no context 'to-delete' in this organisation\n");
+  });
+
+  it("another organisation's key cannot read the context, by name or by id", async () => {
+    const id = await seed('secret-plan', 'the default org only');
+    const otherKey = await server.key('other-org');
+    const asOther = { env: { KILN_API_KEY: otherKey } };
+    const [byName, byId] = await Promise.all([
+      ctx(['ctx', 'get', '-c', 'secret-plan', '--stdout'], asOther),
+      ctx(['ctx', 'get', '-c', id, '--stdout'], asOther),
+    ]);
+    for (const result of [byName, byId]) {
+      expect(result.code).not.toBe(0);
+      expect(result.stdout).toBe('');
+      expect(result.stderr).toContain('not-found');
+      expect(result.stderr).not.toContain('the default org only');
+    }
+  });
+});
+
+describe('kiln orgs / keys on the store, with a gateway on the same store', () => {
+  let gateway: TestServer;
+  /** `kiln` with KILN_DATA_DIR only: the store is <dir>/kiln.db, the file the gateway uses. */
+  let admin: Kiln;
+
+  beforeAll(async () => {
+    const dataDir = mkdtempSync(path.join(workDir, 'admin-'));
+    // The gateway starts first, on the empty file, and bootstraps it (org `default`, admin key).
+    gateway = await startTestServer(sqlite, { 'store.url': `sqlite:${path.join(dataDir, 'kiln.db')}` });
+    admin = kilnWith({ cwd: workDir, env: { KILN_DATA_DIR: dataDir } });
+  });
+  afterAll(async () => gateway?.close());
+
+  it('creates an organisation and a key; the key works until `keys revoke`, then gets 401', async () => {
+    const org = await admin(['orgs', 'create', 'acme']);
+    expect(org.stderr).toBe('');
+    expect(org.code).toBe(0);
+    expect(org.stdout).toMatch(/^org_[0-9a-f]{32} {2}acme\n$/);
+
+    const created = await admin(['keys', 'create', '--org', 'acme', '--tier', 'free']);
+    expect(created.code).toBe(0);
+    expect(created.stdout).toMatch(/^kiln_sk_[0-9A-Za-z]{32}\n$/);
+    const key = created.stdout.trim();
+    const keyId = /created (key_[0-9a-f]{32}) for organisation acme \(tier free, role member\)/.exec(
+      created.stderr,
+    )?.[1];
+    expect(keyId, created.stderr).toBeDefined();
+    expect(created.stderr).not.toContain(key);
+    expect((await gateway.call('GET', '/api/v1/contexts', { key })).status).toBe(200);
+
+    const listed = await admin(['keys', 'list']);
+    expect(listed.code).toBe(0);
+    const row = listed.stdout.split('\n').find((line) => line.startsWith(`${keyId} `));
+    expect(row, listed.stdout).toBeDefined();
+    expect(row).toMatch(new RegExp(`acme\\s+${key.slice(0, 12)}…\\s+free\\s+member\\s.*active$`));
+    expect(listed.stdout).not.toContain(key);
+    expect(listed.stdout).not.toContain(key.slice(12));
+
+    const revoked = await admin(['keys', 'revoke', keyId as string]);
+    expect(revoked.code).toBe(0);
+    expect(revoked.stdout).toBe(`revoked ${keyId}\n`);
+
+    const afterRevoke = await gateway.call('GET', '/api/v1/contexts', { key });
+    expect(afterRevoke.status).toBe(401);
+    expect(afterRevoke.body.error.code).toBe('unauthorized');
+  });
+
+  it('refuses an invalid organisation name and a key for an unknown organisation, saying why', async () => {
+    const [badName, noOrg] = await Promise.all([
+      admin(['orgs', 'create', 'no spaces!']),
+      admin(['keys', 'create', '--org', 'missing']),
+    ]);
+    expect(badName.code).toBe(1);
+    expect(badName.stdout).toBe('');
+    expect(badName.stderr).toBe(
+      'kiln: organisation names are 1–64 characters of A-Z a-z 0-9 . _ -, starting with a letter or digit\n',
+    );
+    expect(noOrg.code).toBe(1);
+    expect(noOrg.stdout).toBe('');
+    expect(noOrg.stderr).toBe("kiln: no organisation 'missing' (create it with: kiln orgs create missing)\n");
+  });
+});
+
+describe('kiln serve', () => {
+  it('does not start on a bad configuration value, and names the key and the variable', async () => {
+    const dataDir = mkdtempSync(path.join(workDir, 'serve-'));
+    const kiln = kilnWith({ cwd: workDir, env: { KILN_DATA_DIR: dataDir } });
+    // Were it to start, it would listen until the runner's timeout, which fails the test.
+    const result = await kiln(['serve'], { env: { KILN_PORT: 'abc' } });
+    expect(result.code).not.toBe(0);
+    expect(result.stdout).toBe('');
+    expect(result.stderr).toMatch(/^kiln: invalid configuration:\n {2}- port: .*"abc" \(from KILN_PORT\)\n$/);
+  });
+});
