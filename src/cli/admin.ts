@@ -1,14 +1,17 @@
 import { type Command, Option } from 'commander';
 import { issueKey } from '../auth/keys.js';
 import { randomBase62 } from '../ids.js';
-import { openStore, type Store } from '../store/index.js';
+import type { Store } from '../store/index.js';
 import { isoTime, serverConfig, table, UsageError } from './common.js';
 
 const ORG_NAME = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/;
 
 /** Admin commands work on the store directly, with the same configuration as `kiln serve`. */
 async function withStore<T>(command: Command, work: (store: Store) => Promise<T>): Promise<T> {
-  const store = openStore(serverConfig(command).store);
+  const config = serverConfig(command);
+  // Loaded on use: the database drivers are the slowest part of starting the CLI.
+  const { openStore } = await import('../store/index.js');
+  const store = openStore(config.store);
   try {
     await store.migrate();
     return await work(store);

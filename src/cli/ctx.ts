@@ -1,6 +1,5 @@
 import { readFile } from 'node:fs/promises';
 import type { Command } from 'commander';
-import { copyToClipboard, readClipboard } from './clipboard.js';
 import { clientFromEnv, isoTime, table, UsageError } from './common.js';
 
 interface SaveOptions {
@@ -27,6 +26,7 @@ async function contentOf(options: SaveOptions): Promise<string> {
   if (given.length > 1) throw new UsageError('give the content one way only: -c, --from-clipboard or --file');
   if (options.content !== undefined) return options.content;
   if (options.fromClipboard) {
+    const { readClipboard } = await import('./clipboard.js');
     const pasted = await readClipboard();
     // An empty clipboard is almost always a mistake, and saving it would wipe the context.
     if (pasted === '')
@@ -94,6 +94,7 @@ export function ctxCommands(program: Command): void {
         process.stdout.write(context.content);
         return;
       }
+      const { copyToClipboard } = await import('./clipboard.js');
       await copyToClipboard(context.content);
       process.stdout.write(
         `copied ${context.id} '${context.name}' (${context.size_bytes} bytes, version ${context.version}) to the clipboard\n`,

@@ -1,6 +1,4 @@
-import { StdioServerTransport } from '@modelcontextprotocol/sdk/server/stdio.js';
 import type { Command } from 'commander';
-import { createMcpServer } from '../mcp/server.js';
 import { clientFromEnv } from './common.js';
 
 export function mcpCommand(program: Command): void {
@@ -8,7 +6,10 @@ export function mcpCommand(program: Command): void {
     .command('mcp')
     .description('serve the context store to an MCP client over stdio (uses KILN_BASE_URL and KILN_API_KEY)')
     .action(async () => {
-      const server = createMcpServer(clientFromEnv().contexts);
+      const contexts = clientFromEnv().contexts;
+      const { StdioServerTransport } = await import('@modelcontextprotocol/sdk/server/stdio.js');
+      const { createMcpServer } = await import('../mcp/server.js');
+      const server = createMcpServer(contexts);
       await server.connect(new StdioServerTransport());
     });
 }

@@ -1,8 +1,5 @@
 import type { Command } from 'commander';
 import type { Logger } from 'pino';
-import { createRuntime } from '../runtime.js';
-import { builtInKinds, createLogger, startServer } from '../server.js';
-import { openStore } from '../store/index.js';
 import { serverConfig, UsageError } from './common.js';
 
 /** On SIGINT or SIGTERM: finish cleanly (running jobs go back to the queue), then exit. */
@@ -25,6 +22,7 @@ export function serveCommands(program: Command): void {
     .description('run the gateway (HTTP API and workers) with the configured store')
     .action(async (_options, command: Command) => {
       const config = serverConfig(command);
+      const { createLogger, startServer } = await import('../server.js');
       const logger = createLogger(config);
       const server = await startServer(config, logger);
       onStop(logger, () => server.close());
@@ -35,6 +33,8 @@ export function serveCommands(program: Command): void {
     .description('run job workers, the sweeper and webhook delivery without HTTP (scale-out on PostgreSQL)')
     .action(async (_options, command: Command) => {
       const config = serverConfig(command);
+      const { builtInKinds, createLogger } = await import('../server.js');
+      const { createRuntime } = await import('../runtime.js');
       const logger = createLogger(config);
       if (config.jobs.workers === 0) throw new UsageError('jobs.workers is 0: this worker would run nothing');
       const runtime = await createRuntime(config, logger, builtInKinds);
@@ -48,6 +48,7 @@ export function serveCommands(program: Command): void {
     .description('apply pending store migrations and exit (kiln serve also does this at start)')
     .action(async (_options, command: Command) => {
       const config = serverConfig(command);
+      const { openStore } = await import('../store/index.js');
       const store = openStore(config.store);
       try {
         const applied = await store.migrate();
