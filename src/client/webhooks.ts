@@ -28,10 +28,13 @@ export function verifyWebhook(
   const timestamp = Number(parts.find(([k]) => k === 't')?.[1]);
   if (!Number.isInteger(timestamp) || Math.abs(now / 1000 - timestamp) > toleranceSeconds) return false;
   const expected = Buffer.from(webhookSignature(secret, timestamp, rawBody.toString()), 'hex');
-  return parts
-    .filter(([k]) => k === 'v1')
-    .some(([, v]) => {
-      const given = Buffer.from(v ?? '', 'hex');
-      return given.length === expected.length && timingSafeEqual(given, expected);
-    });
+  return (
+    parts
+      .filter(([k]) => k === 'v1')
+      // Exactly 64 lower-case hex digits: Buffer.from(…, 'hex') would quietly ignore trailing junk.
+      .some(
+        ([, v]) =>
+          /^[0-9a-f]{64}$/.test(v ?? '') && timingSafeEqual(Buffer.from(v as string, 'hex'), expected),
+      )
+  );
 }
