@@ -1,7 +1,7 @@
 import { hostname } from 'node:os';
 import type { Logger } from 'pino';
 import { randomBase62 } from '../ids.js';
-import type { JobRow } from '../store/index.js';
+import type { JobOutcome, JobRow } from '../store/index.js';
 import { JobFailure, type RunContext } from './kinds.js';
 import type { JobService } from './service.js';
 
@@ -104,16 +104,25 @@ export class Worker {
     const controller = new AbortController();
     const running: Running = { job, controller, done: Promise.resolve() };
     this.#running.set(job.id, running);
-    running.done = this.#run(job, controller).finally(() => {
-      this.#running.delete(job.id);
-      this.#wake();
-    });
+    running.done = this.#run(job, controller)
+      .catch((error: unknown) => {
+        // The outcome did not commit: the job stays running under this lease, renewals stop, and the
+        // sweeper requeues it once the lease runs out. One job's store error must not end the process.
+        this.log.error(
+          { err: error, job_id: job.id },
+          'recording the job outcome failed; it runs again once its lease expires',
+        );
+      })
+      .finally(() => {
+        if (this.#running.get(job.id) === running) this.#running.delete(job.id);
+        this.#wake();
+      });
   }
 
   async #run(job: JobRow, controller: AbortController): Promise<void> {
     const kind = this.jobs.kinds.get(job.kind);
     const log = this.log.child({ job_id: job.id, kind: job.kind, attempt: job.attempts });
-    const guard = { by: 'worker', owner: this.owner } as const;
+    const guard = { by: 'worker', owner: this.owner, attempt: job.attempts } as const;
     if (!kind) {
       await this.jobs.finish(job.id, guard, {
         status: 'failed',
@@ -136,47 +145,58 @@ export class Worker {
       attempt: job.attempts,
       progress: async (fraction) => {
         const progress = Math.min(1, Math.max(0, fraction));
-        await this.jobs.store.jobs.setProgress(job.id, this.owner, progress);
+        await this.jobs.store.jobs.setProgress(job.id, this.owner, job.attempts, progress);
         await this.jobs.events.publish({ t: 'progress', id: job.id, progress });
       },
       publish: (data) => this.jobs.events.publish({ t: 'part', id: job.id, data }),
     };
+    // Decide the outcome first and record it once, so a store error while recording is never
+    // mistaken for the handler failing.
+    let outcome: JobOutcome | undefined;
     try {
       const { result, usage } = await kind.run(context, controller.signal);
       if (controller.signal.aborted) throw new Error('aborted');
-      await this.jobs.finish(job.id, guard, { status: 'completed', result, usage });
-      log.debug('job completed');
+      outcome = { status: 'completed', result, usage };
     } catch (error) {
       const reason = controller.signal.aborted ? (controller.signal.reason as StopReason) : undefined;
       if (reason === 'run-limit') {
-        await this.jobs.finish(job.id, guard, {
+        outcome = {
           status: 'timeout',
           error: {
             code: 'run-timeout',
             message: `the job ran longer than the ${kind.runLimitMs} ms its kind allows`,
           },
-        });
+        };
       } else if (reason === undefined) {
-        const failure =
-          error instanceof JobFailure
-            ? { code: error.code, message: error.message, details: error.extra }
-            : { code: 'inference-failed', message: error instanceof Error ? error.message : String(error) };
-        await this.jobs.finish(job.id, guard, { status: 'failed', error: failure });
-        log.info({ code: failure.code }, 'job failed');
+        outcome = {
+          status: 'failed',
+          error:
+            error instanceof JobFailure
+              ? { code: error.code, message: error.message, details: error.extra }
+              : { code: 'inference-failed', message: error instanceof Error ? error.message : String(error) },
+        };
       }
-      // cancelled: already terminal; lease-lost: another worker has it; shutdown: released in stop().
+      // cancelled: already terminal; lease-lost: another run has it; shutdown: released in stop().
     } finally {
       clearTimeout(limit);
     }
+    if (!outcome) return;
+    await this.jobs.finish(job.id, guard, outcome);
+    if (outcome.status === 'completed') log.debug('job completed');
+    else log.info({ status: outcome.status, code: outcome.error?.code }, 'job did not complete');
   }
 
   /** Renews every lease in one statement; a job no longer held (cancelled, reclaimed) is aborted. */
   async #renewLeases(): Promise<void> {
-    const ids = [...this.#running.keys()];
-    if (ids.length === 0) return;
+    const runs = [...this.#running.values()].map(({ job }) => ({ id: job.id, attempt: job.attempts }));
+    if (runs.length === 0) return;
     try {
-      const held = await this.jobs.store.jobs.renewLeases(this.owner, ids, Date.now() + this.options.leaseMs);
-      for (const id of ids) {
+      const held = await this.jobs.store.jobs.renewLeases(
+        this.owner,
+        runs,
+        Date.now() + this.options.leaseMs,
+      );
+      for (const { id } of runs) {
         if (!held.has(id)) this.#running.get(id)?.controller.abort('lease-lost' satisfies StopReason);
       }
     } catch (error) {

@@ -4,6 +4,7 @@ import { uuidv7 } from '../../src/ids.js';
 import { KindRegistry } from '../../src/jobs/kinds.js';
 import { JobService } from '../../src/jobs/service.js';
 import { Sweeper } from '../../src/jobs/sweeper.js';
+import { Worker } from '../../src/jobs/worker.js';
 import type { JobRow, Store } from '../../src/store/index.js';
 import { sleepKind } from '../fixtures/sleep-kind.js';
 import { caseTitle, freshStore, storeCases } from '../helpers/stores.js';
@@ -56,17 +57,23 @@ for (const storeCase of storeCases) {
       const job = await submit();
       await claim('w1');
       expect(
-        await jobs.finish(job.id, { by: 'worker', owner: 'intruder' }, { status: 'completed', result: 1 }),
+        await jobs.finish(
+          job.id,
+          { by: 'worker', owner: 'intruder', attempt: 1 },
+          { status: 'completed', result: 1 },
+        ),
       ).toBeUndefined();
-      expect(await store.jobs.renewLeases('intruder', [job.id], Date.now() + 1000)).toEqual(new Set());
+      expect(
+        await store.jobs.renewLeases('intruder', [{ id: job.id, attempt: 1 }], Date.now() + 1000),
+      ).toEqual(new Set());
       const done = await jobs.finish(
         job.id,
-        { by: 'worker', owner: 'w1' },
+        { by: 'worker', owner: 'w1', attempt: 1 },
         { status: 'completed', result: { ok: true } },
       );
       expect(done?.status).toBe('completed');
       for (const guard of [
-        { by: 'worker', owner: 'w1' },
+        { by: 'worker', owner: 'w1', attempt: 1 },
         { by: 'cancel', orgId },
         { by: 'queue-ttl', now: Date.now() + 1e9 },
       ] as const) {
@@ -74,9 +81,55 @@ for (const storeCase of storeCases) {
           await jobs.finish(job.id, guard, { status: 'failed', error: { code: 'x', message: 'y' } }),
         ).toBeUndefined();
       }
-      expect(await store.jobs.renewLeases('w1', [job.id], Date.now() + 1000)).toEqual(new Set());
+      expect(await store.jobs.renewLeases('w1', [{ id: job.id, attempt: 1 }], Date.now() + 1000)).toEqual(
+        new Set(),
+      );
       expect((await store.jobs.byId(job.id))?.result).toBe('{"ok":true}');
       expect(await store.usage.countForJob(job.id)).toBe(1);
+    });
+
+    it('a run whose lease lapsed cannot finish or renew after the same worker reclaimed the job', async () => {
+      const job = await submit();
+      await claim('w1', -1);
+      await new Sweeper(jobs, 1_000_000, pino({ level: 'silent' })).sweep();
+      expect(await claim('w1')).toMatchObject({ id: job.id, attempts: 2 });
+      const stale = { by: 'worker', owner: 'w1', attempt: 1 } as const;
+      expect(await jobs.finish(job.id, stale, { status: 'completed', result: 'stale' })).toBeUndefined();
+      expect(await store.jobs.renewLeases('w1', [{ id: job.id, attempt: 1 }], Date.now() + 1000)).toEqual(
+        new Set(),
+      );
+      expect(await store.jobs.renewLeases('w1', [{ id: job.id, attempt: 2 }], Date.now() + 1000)).toEqual(
+        new Set([job.id]),
+      );
+      const done = await jobs.finish(
+        job.id,
+        { ...stale, attempt: 2 },
+        { status: 'completed', result: 'fresh' },
+      );
+      expect(done?.result).toBe('"fresh"');
+    });
+
+    it('a store error while recording an outcome is not a failed job: the job runs again after its lease', async () => {
+      const job = await submit();
+      const realFinish = jobs.finish.bind(jobs);
+      let failures = 1;
+      jobs.finish = async (...args) => {
+        if (args[1].by === 'worker' && failures-- > 0) throw new Error('connection lost while committing');
+        return realFinish(...args);
+      };
+      const log = pino({ level: 'silent' });
+      const worker = new Worker(jobs, { concurrency: 1, leaseMs: 300, pollIntervalMs: 50 }, log);
+      const sweeper = new Sweeper(jobs, 100, log);
+      await worker.start();
+      sweeper.start();
+      try {
+        const done = await jobs.waitForTerminal(job.id, 10_000);
+        expect(done).toMatchObject({ status: 'completed', attempts: 2 });
+        expect(await store.usage.countForJob(job.id)).toBe(1);
+      } finally {
+        sweeper.stop();
+        await worker.stop();
+      }
     });
 
     it('concurrent claimers never take the same job', async () => {
@@ -130,7 +183,11 @@ for (const storeCase of storeCases) {
       const cancelled = await jobs.cancel(orgId, job.id);
       expect(cancelled.status).toBe('cancelled');
       expect(
-        await jobs.finish(job.id, { by: 'worker', owner: 'w1' }, { status: 'completed', result: 1 }),
+        await jobs.finish(
+          job.id,
+          { by: 'worker', owner: 'w1', attempt: 1 },
+          { status: 'completed', result: 1 },
+        ),
       ).toBeUndefined();
       expect((await store.jobs.byId(job.id))?.status).toBe('cancelled');
       expect(await store.usage.countForJob(job.id)).toBe(1);

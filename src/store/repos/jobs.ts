@@ -3,20 +3,21 @@ import type { JobOutcome, JobRow, JobStatus } from '../types.js';
 
 /** Who may make a job terminal, checked in the UPDATE itself so only one party ever wins. */
 export type FinishGuard =
-  | { by: 'worker'; owner: string }
+  | { by: 'worker'; owner: string; attempt: number }
   | { by: 'cancel'; orgId: string }
   | { by: 'queue-ttl'; now: number }
   | { by: 'lease-lost'; now: number };
 
 const GUARDS: Record<FinishGuard['by'], string> = {
-  worker: `status = 'running' AND lease_owner = ?`,
+  // The attempt too: a worker whose lease lapsed and that reclaimed the job must not let the old run finish it.
+  worker: `status = 'running' AND lease_owner = ? AND attempts = ?`,
   cancel: `status IN ('queued', 'running') AND org_id = ?`,
   'queue-ttl': `status = 'queued' AND queue_deadline <= ?`,
   'lease-lost': `status = 'running' AND lease_expires_at < ? AND attempts >= max_attempts`,
 };
 
-const guardValue = (guard: FinishGuard) =>
-  guard.by === 'worker' ? guard.owner : guard.by === 'cancel' ? guard.orgId : guard.now;
+const guardValues = (guard: FinishGuard): unknown[] =>
+  guard.by === 'worker' ? [guard.owner, guard.attempt] : [guard.by === 'cancel' ? guard.orgId : guard.now];
 
 const json = (value: unknown) => (value === undefined ? null : JSON.stringify(value));
 const placeholders = (n: number) => Array.from({ length: n }, () => '?').join(', ');
@@ -85,12 +86,20 @@ export class JobRepository {
     );
   }
 
-  /** Extends `owner`'s leases; answers the ids it still holds (a cancelled or reclaimed job is missing). */
-  async renewLeases(owner: string, ids: readonly string[], leaseUntil: number): Promise<Set<string>> {
-    if (ids.length === 0) return new Set();
+  /**
+   * Extends `owner`'s leases on these runs (job id and attempt); answers the ids it still holds —
+   * a cancelled, finished or reclaimed job is missing.
+   */
+  async renewLeases(
+    owner: string,
+    runs: ReadonlyArray<{ id: string; attempt: number }>,
+    leaseUntil: number,
+  ): Promise<Set<string>> {
+    if (runs.length === 0) return new Set();
     const rows = await this.db.all<{ id: string }>(
-      `UPDATE jobs SET lease_expires_at = ? WHERE lease_owner = ? AND status = 'running' AND id IN (${placeholders(ids.length)}) RETURNING id`,
-      [leaseUntil, owner, ...ids],
+      `UPDATE jobs SET lease_expires_at = ? WHERE lease_owner = ? AND status = 'running'
+         AND (${runs.map(() => '(id = ? AND attempts = ?)').join(' OR ')}) RETURNING id`,
+      [leaseUntil, owner, ...runs.flatMap((r) => [r.id, r.attempt])],
     );
     return new Set(rows.map((r) => r.id));
   }
@@ -105,10 +114,10 @@ export class JobRepository {
     );
   }
 
-  async setProgress(id: string, owner: string, progress: number): Promise<void> {
+  async setProgress(id: string, owner: string, attempt: number, progress: number): Promise<void> {
     await this.db.run(
-      `UPDATE jobs SET progress = ? WHERE id = ? AND status = 'running' AND lease_owner = ?`,
-      [progress, id, owner],
+      `UPDATE jobs SET progress = ? WHERE id = ? AND status = 'running' AND lease_owner = ? AND attempts = ?`,
+      [progress, id, owner, attempt],
     );
   }
 
@@ -136,7 +145,7 @@ export class JobRepository {
         now + retentionMs,
         outcome.status,
         id,
-        guardValue(guard),
+        ...guardValues(guard),
       ],
     );
   }
