@@ -1,5 +1,5 @@
 import { type ChildProcess, execFile, spawn } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
@@ -86,14 +86,15 @@ describe('the README walk-through', () => {
     expect(hidden.status).toBe(404);
     expect(hidden.body.error.code).toBe('not-found');
 
-    const big = JSON.stringify({ name: 'huge', content: 'x'.repeat(300 * 1024) });
+    const big = path.join(dir, 'big.json');
+    writeFileSync(big, JSON.stringify({ name: 'huge', content: 'x'.repeat(300 * 1024) }));
     const refused = await curl(
       admin,
       `${base}/api/v1/contexts`,
       '-H',
       'Content-Type: application/json',
       '--data-binary',
-      big,
+      `@${big}`,
     );
     expect(refused.status).toBe(413);
     expect(refused.body.error.code).toBe('context-too-large');
