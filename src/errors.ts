@@ -12,6 +12,7 @@ export const errorCatalogue = {
   forbidden: { status: 403, type: 'permission_error' },
   'not-found': { status: 404, type: 'not_found_error' },
   'route-not-found': { status: 404, type: 'not_found_error' },
+  'model-not-found': { status: 404, type: 'not_found_error' },
   'method-not-allowed': { status: 405, type: 'invalid_request_error' },
   conflict: { status: 409, type: 'conflict_error' },
   'job-already-terminal': { status: 409, type: 'conflict_error' },

@@ -1,15 +1,30 @@
 import { randomBytes, randomFillSync } from 'node:crypto';
 
-/** A UUIDv7 (RFC 9562): 48 bits of Unix milliseconds, then randomness, so ids sort by creation. */
+let lastMs = 0;
+let sequence = 0;
+
+/**
+ * A UUIDv7 (RFC 9562): 48 bits of Unix milliseconds, a 12-bit counter, then randomness. The counter
+ * (RFC 9562 method 1) keeps ids made in one process within one millisecond in creation order, which
+ * the job queue relies on for first-in, first-out.
+ */
 export function uuidv7(now = Date.now()): string {
+  if (now > lastMs) {
+    lastMs = now;
+    sequence = randomBytes(2).readUInt16BE() & 0x7ff; // start low in the 12 bits, leaving room to count
+  } else if (++sequence > 0xfff) {
+    lastMs++; // the counter ran out: borrow the next millisecond rather than lose the order
+    sequence = 0;
+  }
   const bytes = new Uint8Array(16);
-  randomFillSync(bytes, 6);
-  let ms = now;
+  randomFillSync(bytes, 8);
+  let ms = lastMs;
   for (let i = 5; i >= 0; i--) {
     bytes[i] = ms % 256;
     ms = Math.floor(ms / 256);
   }
-  bytes[6] = ((bytes[6] as number) & 0x0f) | 0x70;
+  bytes[6] = 0x70 | (sequence >> 8);
+  bytes[7] = sequence & 0xff;
   bytes[8] = ((bytes[8] as number) & 0x3f) | 0x80;
   const hex = Buffer.from(bytes).toString('hex');
   return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20)}`;

@@ -1,30 +1,40 @@
 import type { Logger } from 'pino';
+import { chatKind } from './chat/kind.js';
+import { loadConfig } from './config/load.js';
 import { type Config, parseDuration } from './config/schema.js';
 import { type JobKind, KindRegistry } from './jobs/kinds.js';
 import { JobService } from './jobs/service.js';
 import { Sweeper } from './jobs/sweeper.js';
 import { Worker } from './jobs/worker.js';
 import { createOutboundPolicy, type OutboundPolicy } from './net/policy.js';
+import { Router } from './router/index.js';
 import { openStore, type Store } from './store/index.js';
 import { WebhookDeliverer } from './webhooks/deliverer.js';
 
-/** Everything a Kiln process runs besides HTTP: the store, the job service and its background loops. */
+/** Everything a Kiln process runs besides HTTP: the store, the router, the job service and its loops. */
 export interface Runtime {
   config: Config;
   store: Store;
   jobs: JobService;
   policy: OutboundPolicy;
+  /** The router in force; `reload` replaces it. */
+  router(): Router;
+  /**
+   * Re-reads the configuration file and swaps in a router for its engines, personas and routing,
+   * without dropping requests in flight. Other keys need a restart. Throws ConfigError on a bad file.
+   */
+  reload(): Promise<void>;
   /** Starts workers, the sweeper and webhook delivery (when `jobs.workers` > 0). */
   startBackground(): Promise<void>;
   /** Stops the loops (running jobs go back to the queue), then closes the store. */
   close(): Promise<void>;
 }
 
-/** Opens and migrates the store and wires the job machinery for these kinds. */
+/** Opens and migrates the store and wires the job machinery: the built-in kinds plus `extraKinds`. */
 export async function createRuntime(
-  config: Config,
+  config: Config & { configFile?: string | undefined },
   logger: Logger,
-  kinds: Iterable<JobKind<never, unknown>>,
+  extraKinds: Iterable<JobKind<never, unknown>> = [],
 ): Promise<Runtime> {
   const store = openStore(config.store);
   try {
@@ -34,8 +44,14 @@ export async function createRuntime(
     await store.close().catch(() => undefined);
     throw error;
   }
+  let router = new Router(config, logger.child({ component: 'router' }));
+  router.start();
   const policy = createOutboundPolicy(config.security);
-  const jobs = new JobService(store, new KindRegistry(kinds), {
+  const kinds = new KindRegistry([
+    chatKind({ router: () => router, store }) as JobKind<never, unknown>,
+    ...extraKinds,
+  ]);
+  const jobs = new JobService(store, kinds, {
     retentionMs: parseDuration(config.jobs.retention),
     maxAttempts: config.jobs.max_attempts,
   });
@@ -48,6 +64,19 @@ export async function createRuntime(
     store,
     jobs,
     policy,
+    router: () => router,
+    async reload() {
+      const next = loadConfig({ file: config.configFile });
+      const fresh = new Router(next, logger.child({ component: 'router' }));
+      fresh.start();
+      const old = router;
+      router = fresh;
+      logger.info(
+        { engines: Object.keys(next.engines), personas: Object.keys(next.personas) },
+        'configuration reloaded: new requests use the new routing',
+      );
+      void old.retire();
+    },
     async startBackground() {
       if (config.jobs.workers === 0) return;
       const worker = new Worker(
@@ -80,6 +109,7 @@ export async function createRuntime(
     async close() {
       for (const part of background.reverse()) await part.stop();
       await jobs.stop();
+      await router.retire(5000);
       await store.close();
     },
   };

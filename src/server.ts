@@ -14,10 +14,8 @@ export function createLogger(config: Config): Logger {
   });
 }
 
-/** The job kinds `kiln serve` and `kiln worker` run. Generation kinds register here as they arrive. */
-export const builtInKinds: JobKind<never, unknown>[] = [];
-
 export interface ServerOptions {
+  /** Job kinds besides the built-in ones (tests register their own). */
   kinds?: JobKind<never, unknown>[];
   /** More routes on the authenticated API (tests register a route for their own job kind). */
   routes?: (app: FastifyInstance, deps: AppDeps) => void;
@@ -38,7 +36,7 @@ export async function startServer(
   logger: Logger = createLogger(config),
   options: ServerOptions = {},
 ): Promise<RunningServer> {
-  const runtime = await createRuntime(config, logger, options.kinds ?? builtInKinds);
+  const runtime = await createRuntime(config, logger, options.kinds);
   try {
     const keyFile = await bootstrapStore(runtime.store, config.data_dir);
     if (keyFile)
@@ -50,7 +48,12 @@ export async function startServer(
     await runtime.close().catch(() => undefined);
     throw error;
   }
-  const app = await buildApp({ ...runtime, logger, ...(options.routes ? { routes: options.routes } : {}) });
+  const app = await buildApp({
+    ...runtime,
+    runtime,
+    logger,
+    ...(options.routes ? { routes: options.routes } : {}),
+  });
   await app.listen({ host: config.host, port: config.port });
   await runtime.startBackground();
   const address = app.server.address();

@@ -4,13 +4,16 @@ import type { Logger } from 'pino';
 import type { Config } from '../config/schema.js';
 import type { JobService } from '../jobs/service.js';
 import type { OutboundPolicy } from '../net/policy.js';
+import type { Runtime } from '../runtime.js';
 import type { Store } from '../store/index.js';
 import { requireApiKey } from './auth.js';
+import { chatRoutes } from './chat.js';
 import { contextRoutes } from './contexts.js';
 import { installErrorHandling } from './errors.js';
 import { healthRoutes } from './health.js';
 import { jobRoutes } from './jobs.js';
 import { mcpRoutes } from './mcp.js';
+import { adminRoutes, modelRoutes } from './models.js';
 import { validatorCompiler } from './validation.js';
 
 export interface AppDeps {
@@ -18,6 +21,7 @@ export interface AppDeps {
   store: Store;
   jobs: JobService;
   policy: OutboundPolicy;
+  runtime: Runtime;
   logger: Logger;
   routes?: (app: FastifyInstance, deps: AppDeps) => void;
 }
@@ -51,6 +55,9 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     authenticated.addHook('onRequest', requireApiKey(deps.store));
     contextRoutes(authenticated, deps);
     jobRoutes(authenticated, deps);
+    chatRoutes(authenticated, deps);
+    modelRoutes(authenticated, deps);
+    adminRoutes(authenticated, deps);
     mcpRoutes(authenticated, deps);
     deps.routes?.(authenticated, deps);
   });

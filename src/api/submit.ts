@@ -19,6 +19,8 @@ export interface SubmitOptions {
   mode: Exclude<JobMode, 'stream'>;
   request: unknown;
   webhook?: Webhook | undefined;
+  /** Headers for a sync answer, from the finished job (the chat route). */
+  headers?: (job: JobRow) => Record<string, string>;
 }
 
 const IDEMPOTENCY_KEY = /^[\x21-\x7e]{1,255}$/;
@@ -100,6 +102,7 @@ export async function submitJob(
         'the job is taking longer than a synchronous request waits; it goes on, poll polling_url for the result',
     });
   }
+  reply.headers(options.headers?.(done) ?? {});
   if (done.status === 'completed') return reply.status(200).send(JSON.parse(done.result ?? 'null'));
   throw jobError(done, deps.jobs.poll(done));
 }

@@ -26,6 +26,12 @@ export function serveCommands(program: Command): void {
       const logger = createLogger(config);
       const server = await startServer(config, logger);
       onStop(logger, () => server.close());
+      // SIGHUP: re-read engines, personas and routing without dropping requests.
+      process.on('SIGHUP', () => {
+        server.runtime.reload().catch((error: unknown) => {
+          logger.error({ err: error }, 'reload failed; the running configuration stays in force');
+        });
+      });
     });
 
   program
@@ -33,11 +39,11 @@ export function serveCommands(program: Command): void {
     .description('run job workers, the sweeper and webhook delivery without HTTP (scale-out on PostgreSQL)')
     .action(async (_options, command: Command) => {
       const config = serverConfig(command);
-      const { builtInKinds, createLogger } = await import('../server.js');
+      const { createLogger } = await import('../server.js');
       const { createRuntime } = await import('../runtime.js');
       const logger = createLogger(config);
       if (config.jobs.workers === 0) throw new UsageError('jobs.workers is 0: this worker would run nothing');
-      const runtime = await createRuntime(config, logger, builtInKinds);
+      const runtime = await createRuntime(config, logger);
       await runtime.startBackground();
       logger.info({ workers: config.jobs.workers, store: runtime.store.dialect }, 'kiln worker is running');
       onStop(logger, () => runtime.close());

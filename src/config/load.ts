@@ -2,6 +2,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { Ajv, type ErrorObject } from 'ajv';
 import { parse as parseYaml } from 'yaml';
+import { fleetProblems } from './fleet.js';
 import { type Config, ConfigSchema } from './schema.js';
 
 /** A configuration that cannot start Kiln; `problems` name each key and what is allowed. */
@@ -30,8 +31,9 @@ interface JsonSchema {
 export function configKeys(): Array<{ path: string[]; env: string; schema: JsonSchema }> {
   const keys: Array<{ path: string[]; env: string; schema: JsonSchema }> = [];
   const walk = (schema: JsonSchema, at: string[]) => {
-    if (schema.type === 'object' && schema.properties) {
-      for (const [name, child] of Object.entries(schema.properties)) walk(child, [...at, name]);
+    if (schema.type === 'object') {
+      // Maps (engines, personas) have no fixed keys, hence no environment variables.
+      for (const [name, child] of Object.entries(schema.properties ?? {})) walk(child, [...at, name]);
       return;
     }
     keys.push({ path: at, env: `KILN_${at.join('_').toUpperCase()}`, schema });
@@ -149,6 +151,8 @@ export function loadConfig(options: LoadOptions = {}): Config & { configFile: st
     throw new ConfigError(problems.map((e) => describeProblem(e, sources)));
   }
   const config = raw as unknown as Config & { configFile: string | undefined; store: { url: string } };
+  const fleet = fleetProblems(config);
+  if (fleet.length > 0) throw new ConfigError(fleet);
   const dataDir = path.resolve(config.data_dir);
   const resolved = {
     ...config,

@@ -1,4 +1,8 @@
 import { type Static, Type } from '@sinclair/typebox';
+import { Duration } from './duration.js';
+import { FleetSchema } from './fleet.js';
+
+export { parseDuration } from './duration.js';
 
 /**
  * Every configuration key Kiln reads, with its default. `kiln.yaml` uses these names; each leaf
@@ -108,6 +112,7 @@ export const ConfigSchema = Type.Object(
       },
       { default: {}, additionalProperties: false },
     ),
+    ...FleetSchema,
     log: Type.Object(
       {
         level: Type.Union(
@@ -134,23 +139,5 @@ export const ConfigSchema = Type.Object(
   },
   { additionalProperties: false },
 );
-
-/** A duration such as 250ms, 5s, 2m, 1h or 7d; `parseDuration` turns it into milliseconds. */
-function Duration(fallback: string, description: string) {
-  return Type.String({
-    default: fallback,
-    pattern: '^[0-9]+(ms|s|m|h|d)$',
-    allowed: 'a duration such as 250ms, 5s, 2m, 1h or 7d',
-    description,
-  });
-}
-
-const UNIT_MS = { ms: 1, s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 } as const;
-
-export function parseDuration(text: string): number {
-  const match = /^([0-9]+)(ms|s|m|h|d)$/.exec(text);
-  if (!match) throw new Error(`not a duration: ${text}`);
-  return Number(match[1]) * UNIT_MS[match[2] as keyof typeof UNIT_MS];
-}
 
 export type Config = Readonly<Static<typeof ConfigSchema>>;

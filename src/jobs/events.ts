@@ -6,7 +6,11 @@ export type JobEvent =
   | { t: 'done'; id: string }
   | { t: 'cancel'; id: string }
   | { t: 'part'; id: string; data: unknown }
+  | { t: 'meta'; id: string; meta: Record<string, unknown> }
   | { t: 'progress'; id: string; progress: number };
+
+/** Tells this process's own notifications apart when the store echoes them back. */
+const ORIGIN = `${process.pid}:${Math.random().toString(36).slice(2)}`;
 
 /**
  * Job events for this process, fed by the store's notification channel (PostgreSQL NOTIFY reaches
@@ -20,14 +24,13 @@ export class JobEvents {
 
   async start(): Promise<void> {
     this.#unlisten = await this.driver.listen('kiln_job_events', (payload) => {
-      let event: JobEvent;
+      let message: { o: string; e: JobEvent };
       try {
-        event = JSON.parse(payload) as JobEvent;
+        message = JSON.parse(payload) as { o: string; e: JobEvent };
       } catch {
         return;
       }
-      this.#local.emit(event.id, event);
-      this.#local.emit('*', event);
+      if (message.o !== ORIGIN) this.#emit(message.e);
     });
   }
 
@@ -35,8 +38,21 @@ export class JobEvents {
     await this.#unlisten?.();
   }
 
+  /**
+   * Delivers the event in this process at once, in order (a stream's chunks go straight from the
+   * worker to the waiting request), and through the store to every other process.
+   */
   publish(event: JobEvent): Promise<void> {
-    return this.driver.notify('kiln_job_events', JSON.stringify(event));
+    this.#emit(event);
+    // Best effort across processes: waiters also re-read the store, so a lost notification only delays.
+    return this.driver
+      .notify('kiln_job_events', JSON.stringify({ o: ORIGIN, e: event }))
+      .catch(() => undefined);
+  }
+
+  #emit(event: JobEvent): void {
+    this.#local.emit(event.id, event);
+    this.#local.emit('*', event);
   }
 
   /** Calls `handler` for each event of job `id` (or of every job, with '*'); answers the unsubscribe. */

@@ -1,4 +1,4 @@
-import type { JobOutcome, JobRow } from '../store/types.js';
+import type { JobMode, JobOutcome, JobRow } from '../store/types.js';
 
 /** What a handler sees of its job while it runs. */
 export interface RunContext<Request> {
@@ -9,10 +9,14 @@ export interface RunContext<Request> {
   readonly request: Request;
   /** 1 on the first run; more after a crashed worker's job came back. */
   readonly attempt: number;
+  /** How the submitter waits: `stream` wants partial output published. */
+  readonly mode: JobMode;
   /** Reports progress in [0, 1]; it shows in the poll body. */
   progress(fraction: number): Promise<void>;
   /** Sends partial output to requests waiting on the job (streams); nothing is stored. */
   publish(data: unknown): Promise<void>;
+  /** Records facts about the run on the job (e.g. its route) and tells waiting requests. */
+  record(meta: Record<string, unknown>): Promise<void>;
 }
 
 export interface HandlerResult<Result> {
@@ -51,6 +55,8 @@ export class JobFailure extends Error {
     readonly code: string,
     message: string,
     readonly extra: Record<string, unknown> = {},
+    /** `timeout` for failures that are the engine running out of time. */
+    readonly status: 'failed' | 'timeout' = 'failed',
   ) {
     super(message);
     this.name = 'JobFailure';

@@ -143,12 +143,18 @@ export class Worker {
       orgId: job.org_id,
       request: JSON.parse(job.request),
       attempt: job.attempts,
+      mode: job.mode,
       progress: async (fraction) => {
         const progress = Math.min(1, Math.max(0, fraction));
         await this.jobs.store.jobs.setProgress(job.id, this.owner, job.attempts, progress);
         await this.jobs.events.publish({ t: 'progress', id: job.id, progress });
       },
       publish: (data) => this.jobs.events.publish({ t: 'part', id: job.id, data }),
+      record: async (meta) => {
+        // Waiting requests first (a stream's headers carry the route), then the store.
+        await this.jobs.events.publish({ t: 'meta', id: job.id, meta });
+        await this.jobs.store.jobs.setMeta(job.id, this.owner, job.attempts, meta);
+      },
     };
     // Decide the outcome first and record it once, so a store error while recording is never
     // mistaken for the handler failing.
@@ -168,13 +174,19 @@ export class Worker {
           },
         };
       } else if (reason === undefined) {
-        outcome = {
-          status: 'failed',
-          error:
-            error instanceof JobFailure
-              ? { code: error.code, message: error.message, details: error.extra }
-              : { code: 'inference-failed', message: error instanceof Error ? error.message : String(error) },
-        };
+        outcome =
+          error instanceof JobFailure
+            ? {
+                status: error.status,
+                error: { code: error.code, message: error.message, details: error.extra },
+              }
+            : {
+                status: 'failed',
+                error: {
+                  code: 'inference-failed',
+                  message: error instanceof Error ? error.message : String(error),
+                },
+              };
       }
       // cancelled: already terminal; lease-lost: another run has it; shutdown: released in stop().
     } finally {

@@ -116,6 +116,11 @@ export const migrations: ReadonlyArray<{ version: number; name: string; sql: (d:
       CREATE INDEX webhook_due ON webhook_deliveries (status, next_attempt_at);
     `,
   },
+  {
+    version: 3,
+    name: 'job run facts (route)',
+    sql: () => 'ALTER TABLE jobs ADD COLUMN meta TEXT;',
+  },
 ];
 
 /** Applies every migration newer than the database, each in its own transaction. Answers how many ran. */

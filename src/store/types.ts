@@ -75,6 +75,8 @@ export interface JobRow {
   expires_at: number | null;
   webhook_url: string | null;
   webhook_secret: string | null;
+  /** JSON facts a kind recorded about the run, e.g. a chat's route. */
+  meta: string | null;
 }
 
 /** What a terminal transition writes. */

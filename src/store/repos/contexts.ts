@@ -60,6 +60,18 @@ export class ContextRepository {
     );
   }
 
+  /** The names of `names` the organisation has no context for. */
+  async missing(orgId: string, names: readonly string[]): Promise<string[]> {
+    if (names.length === 0) return [];
+    const unique = [...new Set(names)];
+    const found = await this.db.all<{ name: string }>(
+      `SELECT name FROM contexts WHERE org_id = ? AND name IN (${unique.map(() => '?').join(', ')})`,
+      [orgId, ...unique],
+    );
+    const have = new Set(found.map((r) => r.name));
+    return unique.filter((n) => !have.has(n));
+  }
+
   /** Contexts ordered by name; `after` is the last name of the previous page. */
   async list(
     orgId: string,

@@ -121,6 +121,13 @@ export class JobRepository {
     );
   }
 
+  async setMeta(id: string, owner: string, attempt: number, meta: Record<string, unknown>): Promise<void> {
+    await this.db.run(
+      `UPDATE jobs SET meta = ? WHERE id = ? AND status = 'running' AND lease_owner = ? AND attempts = ?`,
+      [JSON.stringify(meta), id, owner, attempt],
+    );
+  }
+
   /** Makes the job terminal if `guard` still holds; answers the terminal row, or undefined if another party won. */
   async finish(
     id: string,

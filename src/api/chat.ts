@@ -1,0 +1,93 @@
+import type { FastifyInstance } from 'fastify';
+import { ChatBody, type ChatJobRequest } from '../chat/schema.js';
+import { parseDuration } from '../config/schema.js';
+import { KilnError, validationError } from '../errors.js';
+import type { JobKind } from '../jobs/kinds.js';
+import { type Route, routeHeader } from '../router/index.js';
+import type { JobRow } from '../store/types.js';
+import type { AppDeps } from './app.js';
+import { streamJob } from './stream.js';
+import { submitJob } from './submit.js';
+
+const routeOf = (meta: Record<string, unknown>): Record<string, string> => {
+  const route = meta.route as Route | undefined;
+  return route ? { 'x-kiln-route': routeHeader(route) } : {};
+};
+
+/** POST /v1/chat/completions in sync (default), stream and async modes, all through the chat job kind. */
+export function chatRoutes(app: FastifyInstance, deps: AppDeps): void {
+  const kind = deps.jobs.kinds.get('chat') as JobKind;
+  const syncTimeoutMs = parseDuration(deps.config.jobs.sync_timeout);
+
+  app.post<{ Body: ChatBody }>(
+    '/v1/chat/completions',
+    { schema: { body: ChatBody } },
+    async (request, reply) => {
+      const { model, mode: asked, stream, stream_options, webhook, contexts = [], ...rest } = request.body;
+      if (stream === true && asked !== undefined && asked !== 'stream') {
+        throw validationError([
+          {
+            field: 'stream',
+            rule: 'conflict',
+            message: `stream: true means mode "stream"; it cannot go with mode "${asked}"`,
+          },
+        ]);
+      }
+      const mode = asked ?? (stream ? 'stream' : 'sync');
+      const router = deps.runtime.router();
+      const resolved = router.resolve(model);
+      if (!resolved) {
+        throw new KilnError(
+          'model-not-found',
+          `no persona or served model named '${model}'; GET /v1/models lists them`,
+          {
+            param: 'model',
+          },
+        );
+      }
+      const wanted = [...(resolved.persona?.contexts ?? []), ...contexts];
+      const missing = await deps.store.contexts.missing(request.auth.org_id, wanted);
+      if (missing.length > 0) {
+        throw validationError(
+          missing.map((name) => ({
+            field: contexts.includes(name) ? `contexts[${contexts.indexOf(name)}]` : 'model',
+            rule: 'exists',
+            message: `no context named '${name}' in this organisation`,
+            received: name,
+          })),
+        );
+      }
+      const job: ChatJobRequest = {
+        model,
+        contexts,
+        includeUsage: stream_options?.include_usage === true,
+        body: rest,
+      };
+      if (mode === 'stream') {
+        if (webhook) {
+          throw validationError([
+            {
+              field: 'webhook',
+              rule: 'mode',
+              message: 'a stream is answered as it runs; webhooks need mode "async" or "sync"',
+            },
+          ]);
+        }
+        return streamJob(request, reply, deps.jobs, { kind, request: job, headers: routeOf });
+      }
+      return submitJob(
+        request,
+        reply,
+        { jobs: deps.jobs, policy: deps.policy, syncTimeoutMs },
+        {
+          kind,
+          mode,
+          request: job,
+          webhook,
+          headers: (row: JobRow) =>
+            routeOf(row.meta ? (JSON.parse(row.meta) as Record<string, unknown>) : {}),
+        },
+      );
+    },
+  );
+}

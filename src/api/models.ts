@@ -1,0 +1,60 @@
+import type { FastifyInstance } from 'fastify';
+import { ConfigError } from '../config/load.js';
+import { KilnError } from '../errors.js';
+import type { AppDeps } from './app.js';
+
+/** GET /v1/models: personas and the models the fleet serves (DESIGN.md section 7). */
+export function modelRoutes(app: FastifyInstance, deps: AppDeps): void {
+  const created = Math.floor(Date.now() / 1000);
+  const list = () =>
+    deps.runtime
+      .router()
+      .models()
+      .map((m) => ({
+        id: m.id,
+        object: 'model',
+        created,
+        owned_by: m.owned_by,
+        kind: m.kind,
+        ready: m.ready,
+      }));
+
+  app.get('/v1/models', async () => ({ object: 'list', data: list() }));
+  app.get<{ Params: { id: string } }>('/v1/models/:id', async (request) => {
+    const model = list().find((m) => m.id === request.params.id);
+    if (!model)
+      throw new KilnError('model-not-found', `no persona or served model named '${request.params.id}'`);
+    return model;
+  });
+}
+
+/** POST /admin/reload: re-read kiln.yaml's engines, personas and routing (admin keys only). */
+export function adminRoutes(app: FastifyInstance, deps: AppDeps): void {
+  app.post('/admin/reload', async (request) => {
+    if (request.auth.role !== 'admin')
+      throw new KilnError('forbidden', 'reloading the configuration needs an admin key');
+    try {
+      await deps.runtime.reload();
+    } catch (error) {
+      if (!(error instanceof ConfigError)) throw error;
+      throw new KilnError(
+        'validation-failed',
+        'the configuration file is invalid; the running one stays in force',
+        {
+          details: error.problems.map((problem) => ({
+            field: problem.split(':')[0] ?? 'config',
+            rule: 'config',
+            message: problem,
+          })),
+        },
+      );
+    }
+    return {
+      reloaded: true,
+      models: deps.runtime
+        .router()
+        .models()
+        .map((m) => m.id),
+    };
+  });
+}

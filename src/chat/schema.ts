@@ -1,0 +1,66 @@
+import { type Static, Type } from '@sinclair/typebox';
+import { Webhook } from '../jobs/schemas.js';
+
+const Message = Type.Object(
+  {
+    role: Type.Union(
+      ['system', 'developer', 'user', 'assistant', 'tool', 'function'].map((r) => Type.Literal(r)),
+    ),
+    content: Type.Optional(
+      Type.Union([Type.String(), Type.Array(Type.Object({ type: Type.String() })), Type.Null()]),
+    ),
+    name: Type.Optional(Type.String()),
+    tool_calls: Type.Optional(Type.Array(Type.Object({}))),
+    tool_call_id: Type.Optional(Type.String()),
+  },
+  { additionalProperties: true },
+);
+
+/**
+ * The OpenAI chat-completions body plus Kiln's `mode`, `webhook` and `contexts`. Fields Kiln does
+ * not know pass through to the engine, as OpenAI clients send many.
+ */
+export const ChatBody = Type.Object(
+  {
+    model: Type.String({
+      minLength: 1,
+      maxLength: 256,
+      description: 'a persona, or a model the fleet serves',
+    }),
+    messages: Type.Array(Message, { minItems: 1 }),
+    mode: Type.Optional(Type.Union([Type.Literal('sync'), Type.Literal('stream'), Type.Literal('async')])),
+    stream: Type.Optional(Type.Boolean()),
+    stream_options: Type.Optional(
+      Type.Union([
+        Type.Object({ include_usage: Type.Optional(Type.Boolean()) }, { additionalProperties: true }),
+        Type.Null(),
+      ]),
+    ),
+    webhook: Type.Optional(Webhook),
+    contexts: Type.Optional(Type.Array(Type.String({ minLength: 1, maxLength: 128 }), { maxItems: 32 })),
+    n: Type.Optional(
+      Type.Integer({
+        minimum: 1,
+        maximum: 1,
+        description: 'only one choice per request is supported (n must be 1)',
+      }),
+    ),
+    temperature: Type.Optional(Type.Union([Type.Number({ minimum: 0, maximum: 2 }), Type.Null()])),
+    top_p: Type.Optional(Type.Union([Type.Number({ minimum: 0, maximum: 1 }), Type.Null()])),
+    max_tokens: Type.Optional(Type.Union([Type.Integer({ minimum: 1 }), Type.Null()])),
+    max_completion_tokens: Type.Optional(Type.Union([Type.Integer({ minimum: 1 }), Type.Null()])),
+    stop: Type.Optional(Type.Union([Type.String(), Type.Array(Type.String(), { maxItems: 4 }), Type.Null()])),
+    seed: Type.Optional(Type.Union([Type.Integer(), Type.Null()])),
+    user: Type.Optional(Type.String()),
+  },
+  { additionalProperties: true },
+);
+export type ChatBody = Static<typeof ChatBody>;
+
+/** What a chat job stores: the caller's body without Kiln's own fields. */
+export interface ChatJobRequest {
+  model: string;
+  contexts: string[];
+  includeUsage: boolean;
+  body: Record<string, unknown>;
+}

@@ -1,0 +1,87 @@
+import { type Command, InvalidArgumentError } from 'commander';
+
+const integer = (min: number) => (text: string) => {
+  const value = Number(text);
+  if (!/^\d+$/.test(text.trim()) || !Number.isSafeInteger(value) || value < min) {
+    throw new InvalidArgumentError(`expected a whole number ≥ ${min}`);
+  }
+  return value;
+};
+
+const milliseconds = (text: string) => {
+  const value = Number(text);
+  if (text.trim() === '' || !Number.isFinite(value) || value < 0) {
+    throw new InvalidArgumentError('expected a number of milliseconds ≥ 0');
+  }
+  return value;
+};
+
+interface SimLlmFlags {
+  host: string;
+  port: number;
+  replicas: number;
+  model?: string;
+  maxSequences?: number;
+  kvBlocks?: number;
+  blockTokens?: number;
+  prefillMsPerToken?: number;
+  decodeMsPerToken?: number;
+  maxTokensDefault?: number;
+  contextWindow?: number;
+}
+
+export function simCommands(program: Command): void {
+  const sim = program
+    .command('sim')
+    .description('engine simulators: rehearse a fleet, run tests and benchmarks without GPUs');
+
+  sim
+    .command('llm')
+    .description(
+      'OpenAI-compatible LLM servers that behave like vLLM (batching, prefix cache, timing, faults); ' +
+        'prints one URL per replica on stdout and runs until SIGINT or SIGTERM',
+    )
+    .option('--host <host>', 'address to listen on', '127.0.0.1')
+    .option(
+      '--port <port>',
+      'port of the first replica; the others take the next ones (0 = any)',
+      integer(0),
+      8000,
+    )
+    .option('--replicas <n>', 'how many servers to start', integer(1), 1)
+    .option('--model <id>', 'served model id (default sim-llama-3-8b)')
+    .option('--max-sequences <n>', 'requests decoded at once; more wait in a queue (default 8)', integer(1))
+    .option('--kv-blocks <n>', 'prefix-cache capacity in KV blocks, LRU (default 1024)', integer(0))
+    .option('--block-tokens <n>', 'tokens per KV block (default 16)', integer(1))
+    .option(
+      '--prefill-ms-per-token <ms>',
+      'prefill time per uncached prompt token (default 0.05)',
+      milliseconds,
+    )
+    .option('--decode-ms-per-token <ms>', 'decode time per output token (default 5)', milliseconds)
+    .option(
+      '--max-tokens-default <n>',
+      'output tokens when a request sets no max_tokens (default 64)',
+      integer(1),
+    )
+    .option('--context-window <n>', 'context length in tokens (default 32768)', integer(2))
+    .action(async (flags: SimLlmFlags) => {
+      const { startLlmFleet } = await import('../sim/llm/server.js');
+      const { replicas, ...options } = flags;
+      const fleet = await startLlmFleet(replicas, options);
+      for (const replica of fleet) process.stdout.write(`${replica.url}\n`);
+      process.stderr.write(
+        `kiln sim llm: ${fleet.length} replica(s) serving ${options.model ?? 'sim-llama-3-8b'}; ` +
+          'faults: POST /sim/fault; stop with Ctrl-C\n',
+      );
+      let stopping = false;
+      const stop = async () => {
+        if (stopping) return;
+        stopping = true;
+        await Promise.all(fleet.map((replica) => replica.close()));
+        process.exit(0);
+      };
+      process.on('SIGINT', () => void stop());
+      process.on('SIGTERM', () => void stop());
+    });
+}

@@ -1,0 +1,132 @@
+import { type Static, Type } from '@sinclair/typebox';
+import { Duration } from './duration.js';
+
+/**
+ * The fleet: engine pools, personas and routing. Maps are keyed by name, so names are unique by
+ * construction; they have no environment variables (edit kiln.yaml and reload).
+ */
+
+const NAME = '^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$';
+
+export const REQUEST_CLASSES = ['shared-prefix', 'unique', 'long-context'] as const;
+
+export const EngineSchema = Type.Object(
+  {
+    adapter: Type.Union([Type.Literal('openai')], {
+      default: 'openai',
+      description:
+        'protocol: openai = any OpenAI-compatible server (vLLM, SGLang, llama.cpp, Ollama /v1, TGI)',
+    }),
+    serves: Type.Union(
+      REQUEST_CLASSES.map((c) => Type.Literal(c)),
+      { default: 'unique', description: 'the request class this pool is for' },
+    ),
+    replicas: Type.Array(
+      Type.String({ pattern: '^https?://[^\\s]+$', allowed: 'an http:// or https:// base URL' }),
+      {
+        minItems: 1,
+        description: 'base URLs of the replicas (without /v1)',
+      },
+    ),
+    models: Type.Record(Type.String({ pattern: NAME }), Type.String({ minLength: 1 }), {
+      description: 'public model name → the name the engine knows it by',
+    }),
+    max_concurrency: Type.Integer({
+      default: 16,
+      minimum: 1,
+      maximum: 10_000,
+      description: 'requests in flight per replica',
+    }),
+    timeout: Duration('120s', 'longest wait for an answer (for a stream: between chunks)'),
+    connect_timeout: Duration('5s', 'longest wait to connect to a replica'),
+    overflow: Type.Boolean({
+      default: false,
+      description: 'cloud capacity used only when local replicas are full or down',
+    }),
+    api_key: Type.Optional(Type.String({ description: 'sent as Authorization: Bearer to the replicas' })),
+    health_path: Type.String({
+      default: '/health',
+      pattern: '^/',
+      description: 'polled to know a replica is up',
+    }),
+    owned_by: Type.String({ default: 'kiln', description: '`owned_by` of its models in /v1/models' }),
+  },
+  { additionalProperties: false },
+);
+
+export const PersonaSchema = Type.Object(
+  {
+    model: Type.String({ pattern: NAME, description: 'a model some local engine serves' }),
+    description: Type.Optional(Type.String()),
+    system: Type.Optional(Type.String({ description: 'system preamble put before the caller’s messages' })),
+    contexts: Type.Array(Type.String(), {
+      default: [],
+      description: 'context names whose content is prepended',
+    }),
+    defaults: Type.Record(Type.String(), Type.Unknown(), {
+      default: {},
+      description: 'request fields used when the caller gives none (temperature, max_tokens, …)',
+    }),
+    shared_preamble: Type.Boolean({
+      default: false,
+      description: 'route as shared-prefix: every request of the persona starts the same way',
+    }),
+  },
+  { additionalProperties: false },
+);
+
+export const FleetSchema = {
+  engines: Type.Record(Type.String({ pattern: NAME }), EngineSchema, { default: {} }),
+  personas: Type.Record(Type.String({ pattern: NAME }), PersonaSchema, { default: {} }),
+  routing: Type.Object(
+    {
+      long_context_tokens: Type.Integer({
+        default: 8000,
+        minimum: 1,
+        description: 'estimated prompt tokens above which a request is long-context',
+      }),
+      overflow_after_ms: Type.Integer({
+        default: 500,
+        minimum: 0,
+        description: 'how long a request waits for a full local fleet before overflow may take it',
+      }),
+      queue_timeout: Duration('60s', 'how long a request waits for a free replica before it times out'),
+      prefix_block_chars: Type.Integer({
+        default: 1024,
+        minimum: 16,
+        description: 'size of the leading blocks compared to detect shared prefixes',
+      }),
+    },
+    { default: {}, additionalProperties: false },
+  ),
+};
+
+/** Fleet rules the schema cannot express; each problem names the key. */
+export function fleetProblems(config: FleetConfig): string[] {
+  const problems: string[] = [];
+  const local = new Set<string>();
+  for (const engine of Object.values(config.engines)) {
+    if (!engine.overflow) for (const model of Object.keys(engine.models)) local.add(model);
+  }
+  for (const [name, engine] of Object.entries(config.engines)) {
+    if (!engine.overflow) continue;
+    for (const model of Object.keys(engine.models)) {
+      if (!local.has(model)) {
+        problems.push(
+          `engines.${name}.models.${model}: an overflow engine only takes excess load; no local engine serves ${model}`,
+        );
+      }
+    }
+  }
+  for (const [name, persona] of Object.entries(config.personas)) {
+    if (!local.has(persona.model))
+      problems.push(`personas.${name}.model: no local engine serves ${persona.model}`);
+  }
+  return problems;
+}
+
+/** The fleet part of the configuration. */
+export interface FleetConfig {
+  engines: Record<string, Static<typeof EngineSchema>>;
+  personas: Record<string, Static<typeof PersonaSchema>>;
+}

@@ -1,0 +1,158 @@
+import { type Dispatcher, errors, Pool } from 'undici';
+import {
+  type ChatCall,
+  type ChatChunk,
+  type ChatCompletion,
+  type EngineAdapter,
+  EngineError,
+  type ReplicaTarget,
+} from '../types.js';
+import { CompletionAssembler } from './assemble.js';
+import { sseData } from './sse.js';
+
+/** The message an OpenAI-compatible server put in its error body, whatever its dialect. */
+function upstreamMessage(text: string): string {
+  try {
+    const body = JSON.parse(text) as {
+      error?: { message?: string } | string;
+      message?: string;
+      detail?: unknown;
+    };
+    if (typeof body.error === 'object' && body.error?.message) return body.error.message;
+    if (typeof body.error === 'string') return body.error;
+    if (body.message) return body.message;
+    if (body.detail) return typeof body.detail === 'string' ? body.detail : JSON.stringify(body.detail);
+  } catch {}
+  return text.slice(0, 500) || 'no error message';
+}
+
+/** undici's and the socket's failures, as engine errors. */
+function asEngineError(error: unknown, replica: ReplicaTarget, beforeOutput: boolean): EngineError {
+  if (error instanceof EngineError) return error;
+  const code = (error as { code?: string }).code ?? '';
+  const message = (error as Error).message ?? String(error);
+  if (
+    error instanceof errors.HeadersTimeoutError ||
+    error instanceof errors.BodyTimeoutError ||
+    code === 'UND_ERR_CONNECT_TIMEOUT'
+  ) {
+    return new EngineError(
+      `${replica.url} did not answer within ${replica.timeoutMs} ms`,
+      'timeout',
+      beforeOutput,
+    );
+  }
+  if (code === 'ECONNREFUSED' || code === 'ENOTFOUND' || code === 'EHOSTUNREACH') {
+    return new EngineError(`cannot connect to ${replica.url}: ${code}`, 'unavailable', beforeOutput);
+  }
+  return new EngineError(`${replica.url} broke off the answer: ${code || message}`, 'broken', beforeOutput);
+}
+
+/**
+ * One adapter for every server that speaks the OpenAI chat-completions protocol: vLLM, SGLang,
+ * llama.cpp server, Ollama's /v1 and TGI. Keep-alive connection pools per replica (undici), at most
+ * the replica's concurrency in flight.
+ */
+export class OpenAICompatibleAdapter implements EngineAdapter {
+  readonly capabilities = { streaming: true, cancel: true, prefixCache: true } as const;
+  readonly #pools = new Map<string, Pool>();
+
+  #pool(replica: ReplicaTarget): Pool {
+    const origin = new URL(replica.url).origin;
+    let pool = this.#pools.get(origin);
+    if (!pool) {
+      pool = new Pool(origin, {
+        connections: replica.maxConcurrency,
+        pipelining: 1,
+        connect: { timeout: replica.connectTimeoutMs },
+        headersTimeout: replica.timeoutMs,
+        bodyTimeout: replica.timeoutMs,
+        keepAliveTimeout: 30_000,
+      });
+      this.#pools.set(origin, pool);
+    }
+    return pool;
+  }
+
+  #path(replica: ReplicaTarget, path: string): string {
+    const base = new URL(replica.url).pathname.replace(/\/+$/, '');
+    return `${base}${path}`;
+  }
+
+  async chat(replica: ReplicaTarget, call: ChatCall): Promise<ChatCompletion> {
+    const stream = call.onChunk !== undefined;
+    const body = stream
+      ? { ...call.body, stream: true, stream_options: { include_usage: true } }
+      : { ...call.body, stream: false };
+    let response: Dispatcher.ResponseData;
+    try {
+      response = await this.#pool(replica).request({
+        method: 'POST',
+        path: this.#path(replica, '/v1/chat/completions'),
+        headers: {
+          'content-type': 'application/json',
+          accept: stream ? 'text/event-stream' : 'application/json',
+          ...(replica.apiKey ? { authorization: `Bearer ${replica.apiKey}` } : {}),
+        },
+        body: JSON.stringify(body),
+        signal: call.signal,
+      });
+    } catch (error) {
+      throw asEngineError(error, replica, true);
+    }
+    if (response.statusCode >= 400) {
+      const text = await response.body.text().catch(() => '');
+      const message = `${replica.url} answered ${response.statusCode}: ${upstreamMessage(text)}`;
+      const kind = response.statusCode >= 500 || response.statusCode === 429 ? 'unavailable' : 'rejected';
+      throw new EngineError(message, kind, true, response.statusCode);
+    }
+    if (!stream) {
+      try {
+        return (await response.body.json()) as ChatCompletion;
+      } catch (error) {
+        throw asEngineError(error, replica, true);
+      }
+    }
+    const assembler = new CompletionAssembler();
+    let sent = false;
+    let done = false;
+    try {
+      for await (const data of sseData(response.body)) {
+        if (data === '[DONE]') {
+          done = true;
+          break;
+        }
+        const chunk = JSON.parse(data) as ChatChunk & { error?: { message?: string } };
+        if (chunk.error)
+          throw new EngineError(`${replica.url} failed mid-answer: ${chunk.error.message}`, 'broken', !sent);
+        assembler.add(chunk);
+        call.onChunk?.(chunk);
+        sent = true;
+      }
+    } catch (error) {
+      throw asEngineError(error, replica, !sent);
+    }
+    if (!done) throw new EngineError(`${replica.url} ended the stream before [DONE]`, 'broken', !sent);
+    return assembler.result();
+  }
+
+  async healthy(replica: ReplicaTarget, timeoutMs: number): Promise<boolean> {
+    try {
+      const response = await this.#pool(replica).request({
+        method: 'GET',
+        path: this.#path(replica, replica.healthPath),
+        headers: replica.apiKey ? { authorization: `Bearer ${replica.apiKey}` } : {},
+        signal: AbortSignal.timeout(timeoutMs),
+      });
+      await response.body.dump();
+      return response.statusCode < 400;
+    } catch {
+      return false;
+    }
+  }
+
+  async close(): Promise<void> {
+    await Promise.all([...this.#pools.values()].map((pool) => pool.close()));
+    this.#pools.clear();
+  }
+}

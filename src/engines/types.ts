@@ -1,0 +1,85 @@
+/** What the router and the chat kind know of an engine: a small interface every adapter implements. */
+
+export interface ChatMessage {
+  role: string;
+  content?: unknown;
+  [field: string]: unknown;
+}
+
+/** The `chat.completion` object (OpenAI wire shape). */
+export interface ChatCompletion {
+  id: string;
+  object: 'chat.completion';
+  created: number;
+  model: string;
+  choices: Array<{ index: number; message: ChatMessage; finish_reason: string | null; logprobs?: unknown }>;
+  usage?: { prompt_tokens: number; completion_tokens: number; total_tokens: number; [k: string]: unknown };
+  [field: string]: unknown;
+}
+
+/** A `chat.completion.chunk` (OpenAI wire shape). */
+export interface ChatChunk {
+  id: string;
+  object: 'chat.completion.chunk';
+  created: number;
+  model: string;
+  choices: Array<{
+    index: number;
+    delta: Record<string, unknown>;
+    finish_reason: string | null;
+    logprobs?: unknown;
+  }>;
+  usage?: ChatCompletion['usage'] | null;
+  [field: string]: unknown;
+}
+
+/** One upstream endpoint of a pool. */
+export interface ReplicaTarget {
+  readonly url: string;
+  readonly apiKey: string | undefined;
+  readonly timeoutMs: number;
+  readonly connectTimeoutMs: number;
+  readonly maxConcurrency: number;
+  readonly healthPath: string;
+}
+
+export interface ChatCall {
+  /** The body to send, model already the engine's own name. */
+  body: Record<string, unknown>;
+  signal: AbortSignal;
+  /** Set for a stream: called with each chunk as it arrives. */
+  onChunk?: (chunk: ChatChunk) => void;
+}
+
+/**
+ * An engine failure. `beforeOutput` failures (refused connection, 5xx or timeout before any token)
+ * may be retried on another replica; anything after the first token may not.
+ */
+export class EngineError extends Error {
+  constructor(
+    message: string,
+    readonly kind: 'unavailable' | 'timeout' | 'rejected' | 'broken',
+    readonly beforeOutput: boolean,
+    readonly status?: number,
+  ) {
+    super(message);
+    this.name = 'EngineError';
+  }
+
+  /** Worth trying another replica: the engine, not the request, was at fault, and nothing was sent yet. */
+  get retryable(): boolean {
+    return this.beforeOutput && this.kind !== 'rejected';
+  }
+}
+
+export interface EngineAdapter {
+  readonly capabilities: {
+    readonly streaming: boolean;
+    readonly cancel: boolean;
+    readonly prefixCache: boolean;
+  };
+  chat(replica: ReplicaTarget, call: ChatCall): Promise<ChatCompletion>;
+  /** True when the replica answers its health probe within `timeoutMs`. */
+  healthy(replica: ReplicaTarget, timeoutMs: number): Promise<boolean>;
+  close(): Promise<void>;
+}

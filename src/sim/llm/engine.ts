@@ -1,0 +1,157 @@
+import { SequenceSlots } from './batching.js';
+import { blockHashes, PrefixCache } from './prefix-cache.js';
+
+/** The inference engine's model: sequence slots, the prefix cache and the time prefill and decode take. */
+export interface EngineSettings {
+  maxSequences: number;
+  kvBlocks: number;
+  blockTokens: number;
+  prefillMsPerToken: number;
+  decodeMsPerToken: number;
+}
+
+export interface SimStats {
+  /** Chat completions accepted (valid, for the served model), finished or not. */
+  requests: number;
+  running: number;
+  waiting: number;
+  /** Prompt KV blocks found in the prefix cache. */
+  prefixHits: number;
+  /** Full prompt KV blocks that had to be computed. */
+  prefixMisses: number;
+  promptTokens: number;
+  generationTokens: number;
+}
+
+export interface Sequence {
+  prompt: string;
+  promptTokens: number;
+  /** How many tokens to decode; the time decoding takes follows this. */
+  outputTokens: number;
+}
+
+/**
+ * Called as output tokens fall due, with the range [from, to) of token indexes now produced; the
+ * first call comes at the end of prefill, which produces token 0.
+ */
+export type TokenSink = (from: number, to: number) => void;
+
+/** Resolves true after `ms`, or false as soon as `signal` aborts. */
+function sleep(ms: number, signal: AbortSignal): Promise<boolean> {
+  if (signal.aborted) return Promise.resolve(false);
+  if (ms <= 0) return Promise.resolve(true);
+  return new Promise((resolve) => {
+    const timer = setTimeout(() => {
+      signal.removeEventListener('abort', abort);
+      resolve(true);
+    }, ms);
+    const abort = () => {
+      clearTimeout(timer);
+      resolve(false);
+    };
+    signal.addEventListener('abort', abort, { once: true });
+  });
+}
+
+export class LlmEngine {
+  private readonly slots: SequenceSlots;
+  private readonly cache: PrefixCache;
+  /** One controller per sequence in the engine, so that `stop()` can end them all. */
+  private readonly live = new Set<AbortController>();
+  private stopped = false;
+  private readonly counters = {
+    requests: 0,
+    prefixHits: 0,
+    prefixMisses: 0,
+    promptTokens: 0,
+    generationTokens: 0,
+  };
+
+  constructor(private readonly settings: EngineSettings) {
+    this.slots = new SequenceSlots(settings.maxSequences);
+    this.cache = new PrefixCache(settings.kvBlocks);
+  }
+
+  stats(): SimStats {
+    return { ...this.counters, running: this.slots.running, waiting: this.slots.waiting };
+  }
+
+  get cachedBlocks(): number {
+    return this.cache.size;
+  }
+
+  /** Ends every queued and running sequence (their `run` resolves undefined). */
+  stop(): void {
+    this.stopped = true;
+    for (const controller of this.live) controller.abort();
+  }
+
+  /**
+   * Queues the sequence for a slot, prefills what the prefix cache lacks, then decodes one token
+   * every decodeMsPerToken, calling `sink` as tokens fall due (without a sink the whole decode is
+   * one wait). Resolves with the prompt tokens the cache supplied, or undefined if `signal` (the
+   * client went away) or `stop()` ended it first.
+   */
+  async run(sequence: Sequence, signal: AbortSignal, sink?: TokenSink): Promise<number | undefined> {
+    if (this.stopped || signal.aborted) return undefined;
+    const controller = new AbortController();
+    const cancel = () => controller.abort();
+    signal.addEventListener('abort', cancel, { once: true });
+    this.live.add(controller);
+    try {
+      return await this.runSequence(sequence, controller.signal, sink);
+    } finally {
+      signal.removeEventListener('abort', cancel);
+      this.live.delete(controller);
+    }
+  }
+
+  private async runSequence(sequence: Sequence, cancelled: AbortSignal, sink?: TokenSink): Promise<number | undefined> {
+    const { blockTokens, prefillMsPerToken, decodeMsPerToken } = this.settings;
+    this.counters.requests++;
+    if (!(await this.slots.acquire(cancelled))) return undefined;
+    try {
+      const blocks = blockHashes(sequence.prompt, blockTokens);
+      // As in vLLM, the last prompt token is always computed (its logits give the first output
+      // token), so a fully cached prompt still leaves its last block to recompute.
+      const matchable = Math.floor((sequence.promptTokens - 1) / blockTokens);
+      const hits = this.cache.match(blocks.slice(0, matchable));
+      const cachedTokens = hits * blockTokens;
+      this.counters.prefixHits += hits;
+      this.counters.prefixMisses += blocks.length - hits;
+      this.counters.promptTokens += sequence.promptTokens;
+
+      if (!(await sleep((sequence.promptTokens - cachedTokens) * prefillMsPerToken, cancelled)))
+        return undefined;
+      this.cache.insert(blocks);
+
+      const total = sequence.outputTokens;
+      if (!sink) {
+        if (!(await sleep((total - 1) * decodeMsPerToken, cancelled))) return undefined;
+        this.counters.generationTokens += total;
+        return cachedTokens;
+      }
+      // Token i is due decodeMsPerToken × i after prefill; each wake sends every token now due, so
+      // timer granularity never stretches the schedule.
+      const start = performance.now();
+      let sent = 0;
+      while (sent < total) {
+        const elapsed = performance.now() - start;
+        const due =
+          decodeMsPerToken > 0 ? Math.min(total, Math.floor(elapsed / decodeMsPerToken) + 1) : total;
+        if (due > sent) {
+          this.counters.generationTokens += due - sent;
+          sink(sent, due);
+          sent = due;
+        }
+        if (sent < total && !(await sleep(start + sent * decodeMsPerToken - performance.now(), cancelled))) {
+          return undefined;
+        }
+        if (cancelled.aborted) return undefined;
+      }
+      return cachedTokens;
+    } finally {
+      this.slots.release();
+    }
+  }
+}

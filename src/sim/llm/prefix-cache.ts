@@ -1,0 +1,59 @@
+import { createHash } from 'node:crypto';
+import { CHARS_PER_TOKEN } from './text.js';
+
+/**
+ * The identities of the prompt's full KV blocks, as vLLM's automatic prefix caching computes
+ * them: block i's hash covers block i's tokens and the hash of block i − 1, so a block can only
+ * be reused when everything before it matches too. A trailing partial block has no identity.
+ */
+export function blockHashes(prompt: string, blockTokens: number): string[] {
+  const blockChars = blockTokens * CHARS_PER_TOKEN;
+  const full = Math.floor(prompt.length / blockChars);
+  const hashes: string[] = new Array(full);
+  let previous = '';
+  for (let i = 0; i < full; i++) {
+    previous = createHash('sha256')
+      .update(previous)
+      .update(prompt.slice(i * blockChars, (i + 1) * blockChars))
+      .digest('base64');
+    hashes[i] = previous;
+  }
+  return hashes;
+}
+
+/** A KV prefix cache of `capacity` blocks with least-recently-used eviction. */
+export class PrefixCache {
+  /** Insertion order is recency order: a touched block is deleted and set again. */
+  private readonly blocks = new Set<string>();
+
+  constructor(private readonly capacity: number) {}
+
+  get size(): number {
+    return this.blocks.size;
+  }
+
+  /** How many of the leading `hashes` are cached; those are touched (most recently used). */
+  match(hashes: readonly string[]): number {
+    let hits = 0;
+    for (const hash of hashes) {
+      if (!this.blocks.has(hash)) break;
+      this.blocks.delete(hash);
+      this.blocks.add(hash);
+      hits++;
+    }
+    return hits;
+  }
+
+  /** Caches (or touches) every block, evicting the least recently used beyond capacity. */
+  insert(hashes: readonly string[]): void {
+    if (this.capacity <= 0) return;
+    for (const hash of hashes) {
+      this.blocks.delete(hash);
+      this.blocks.add(hash);
+    }
+    for (const oldest of this.blocks) {
+      if (this.blocks.size <= this.capacity) break;
+      this.blocks.delete(oldest);
+    }
+  }
+}

@@ -1,0 +1,252 @@
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import { handleChat } from './chat.js';
+import { LlmEngine, type SimStats } from './engine.js';
+import { type Fault, parseFault } from './faults.js';
+import { readJson, sendError, sendJson } from './http.js';
+import { renderMetrics } from './metrics.js';
+
+export type { SimStats } from './engine.js';
+export type { Fault } from './faults.js';
+
+/**
+ * An OpenAI-compatible LLM server that behaves like vLLM or SGLang without a GPU: deterministic
+ * text, continuous batching, a KV prefix cache and real prefill/decode timing, plus faults to
+ * rehearse failure against. Built on node:http rather than Fastify: the five routes need no
+ * router, and server-sent events, destroying a socket mid-stream and closing and reopening the
+ * listener are direct there.
+ */
+export interface LlmSimOptions {
+  /** Default 127.0.0.1. */
+  host?: string;
+  /** 0 (the default) = any free port. */
+  port?: number;
+  /** The served model id; default 'sim-llama-3-8b'. */
+  model?: string;
+  /** Requests running at once (continuous batching); more wait in a FIFO queue. Default 8. */
+  maxSequences?: number;
+  /** Prefix-cache capacity in KV blocks, LRU eviction; 0 disables it. Default 1024. */
+  kvBlocks?: number;
+  /** Tokens per KV block. Default 16. */
+  blockTokens?: number;
+  /** Prefill time per prompt token not found in the prefix cache. Default 0.05 ms. */
+  prefillMsPerToken?: number;
+  /** Decode time per output token. Default 5 ms. */
+  decodeMsPerToken?: number;
+  /** Output tokens when the request gives neither max_tokens nor max_completion_tokens. Default 64. */
+  maxTokensDefault?: number;
+  /** Prompt plus output tokens; longer requests get vLLM's 400. Default 32768. */
+  contextWindow?: number;
+}
+
+export interface LlmSim {
+  /** `http://host:port`, without `/v1`. */
+  url: string;
+  port: number;
+  close(): Promise<void>;
+  stats(): SimStats;
+  /**
+   * Sets (or with undefined clears) the fault. Callers may ignore the promise; it resolves once
+   * the fault is in force — for `refuse`, once the listener is closed or open again.
+   */
+  setFault(f: Fault | undefined): Promise<void>;
+}
+
+type Settings = Required<LlmSimOptions>;
+
+const DEFAULTS: Settings = {
+  host: '127.0.0.1',
+  port: 0,
+  model: 'sim-llama-3-8b',
+  maxSequences: 8,
+  kvBlocks: 1024,
+  blockTokens: 16,
+  prefillMsPerToken: 0.05,
+  decodeMsPerToken: 5,
+  maxTokensDefault: 64,
+  contextWindow: 32768,
+};
+
+function settingsFrom(options: LlmSimOptions): Settings {
+  const settings: Settings = { ...DEFAULTS };
+  for (const [name, value] of Object.entries(options) as [keyof Settings, unknown][]) {
+    if (value !== undefined) (settings as Record<string, unknown>)[name] = value;
+  }
+  const rules: [keyof Settings, number, boolean][] = [
+    ['port', 0, true],
+    ['maxSequences', 1, true],
+    ['kvBlocks', 0, true],
+    ['blockTokens', 1, true],
+    ['maxTokensDefault', 1, true],
+    ['contextWindow', 2, true],
+    ['prefillMsPerToken', 0, false],
+    ['decodeMsPerToken', 0, false],
+  ];
+  for (const [name, min, integer] of rules) {
+    const value = settings[name];
+    if (
+      typeof value !== 'number' ||
+      !Number.isFinite(value) ||
+      value < min ||
+      (integer && !Number.isInteger(value))
+    ) {
+      throw new RangeError(
+        `LLM simulator option ${name} must be ${integer ? 'an integer' : 'a number'} ≥ ${min}, got ${String(value)}`,
+      );
+    }
+  }
+  if (settings.port > 65535)
+    throw new RangeError(`LLM simulator option port must be ≤ 65535, got ${settings.port}`);
+  return settings;
+}
+
+function listen(server: Server, port: number, host: string): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const failed = (error: Error) => reject(error);
+    server.once('error', failed);
+    server.listen(port, host, () => {
+      server.off('error', failed);
+      resolve();
+    });
+  });
+}
+
+const notFound = (res: ServerResponse) => sendJson(res, 404, { detail: 'Not Found' });
+const notAllowed = (res: ServerResponse) => sendJson(res, 405, { detail: 'Method Not Allowed' });
+
+export async function startLlmSim(options: LlmSimOptions = {}): Promise<LlmSim> {
+  const settings = settingsFrom(options);
+  const engine = new LlmEngine(settings);
+  let fault: Fault | undefined;
+  let faultTimer: NodeJS.Timeout | undefined;
+  let closed = false;
+  // Listener changes (refuse, reopen, close) run one after another, each bringing the listener
+  // to the state the current fault asks for.
+  let listener = Promise.resolve();
+
+  const route = async (req: IncomingMessage, res: ServerResponse, path: string): Promise<void> => {
+    switch (path) {
+      case '/v1/chat/completions':
+        if (req.method !== 'POST') return notAllowed(res);
+        return handleChat(req, res, engine, settings, fault);
+      case '/v1/models':
+        if (req.method !== 'GET') return notAllowed(res);
+        return sendJson(res, 200, {
+          object: 'list',
+          data: [
+            {
+              id: settings.model,
+              object: 'model',
+              created: Math.floor(Date.now() / 1000),
+              owned_by: 'simulator',
+              root: settings.model,
+              parent: null,
+              max_model_len: settings.contextWindow,
+            },
+          ],
+        });
+      case '/health':
+        if (req.method !== 'GET') return notAllowed(res);
+        res.writeHead(200, { 'content-length': 0 }).end();
+        return;
+      case '/metrics':
+        if (req.method !== 'GET') return notAllowed(res);
+        res.writeHead(200, { 'content-type': 'text/plain; version=0.0.4; charset=utf-8' });
+        res.end(renderMetrics(engine.stats(), engine.cachedBlocks));
+        return;
+      case '/sim/fault': {
+        if (req.method === 'GET') return sendJson(res, 200, { fault: fault ?? null });
+        if (req.method !== 'POST') return notAllowed(res);
+        const read = await readJson(req);
+        if ('error' in read) return sendError(res, read.error);
+        const parsed = parseFault(read.body);
+        if ('problem' in parsed) return sendJson(res, 400, { error: { message: parsed.problem } });
+        // Answer first, on a connection that then closes, so that a `refuse` leaves no idle
+        // keep-alive connection behind for the client to reuse.
+        sendJson(res, 200, { fault: parsed.fault ?? null }, { connection: 'close' });
+        await sim.setFault(parsed.fault);
+        return;
+      }
+      default:
+        return notFound(res);
+    }
+  };
+
+  const server = createServer((req, res) => {
+    // While refusing, a request on a connection opened before is cut as if the engine were gone.
+    if (fault?.kind === 'refuse') {
+      req.socket.destroy();
+      return;
+    }
+    const url = req.url ?? '/';
+    const query = url.indexOf('?');
+    route(req, res, query < 0 ? url : url.slice(0, query)).catch((error: unknown) => {
+      if (res.headersSent) res.destroy();
+      else
+        sendJson(res, 500, {
+          error: { message: String(error), type: 'InternalServerError', param: null, code: 500 },
+        });
+    });
+  });
+  await listen(server, settings.port, settings.host);
+  const address = server.address();
+  const port = typeof address === 'object' && address ? address.port : settings.port;
+  const host = settings.host.includes(':') ? `[${settings.host}]` : settings.host;
+
+  const syncListener = () => {
+    listener = listener.then(async () => {
+      const refusing = fault?.kind === 'refuse' || closed;
+      if (refusing && server.listening) {
+        // close() stops accepting at once and drops idle connections; its callback would wait
+        // for the busy ones, which may finish their answers.
+        server.close();
+      } else if (!refusing && !server.listening) {
+        await listen(server, port, settings.host);
+      }
+    });
+    return listener;
+  };
+
+  const sim: LlmSim = {
+    url: `http://${host}:${port}`,
+    port,
+    stats: () => engine.stats(),
+    setFault(f) {
+      clearTimeout(faultTimer);
+      fault = f;
+      if (f?.durationMs !== undefined) {
+        faultTimer = setTimeout(() => void sim.setFault(undefined), f.durationMs);
+      }
+      return syncListener();
+    },
+    async close() {
+      if (closed) return;
+      closed = true;
+      clearTimeout(faultTimer);
+      engine.stop();
+      await syncListener().catch(() => undefined);
+      await new Promise<void>((resolve) => {
+        server.close(() => resolve());
+        server.closeAllConnections();
+      });
+    },
+  };
+  return sim;
+}
+
+/** N replicas on consecutive ports starting at `port` (or all on port 0 = any when port is 0). */
+export async function startLlmFleet(replicas: number, options: LlmSimOptions = {}): Promise<LlmSim[]> {
+  if (!Number.isInteger(replicas) || replicas < 1) {
+    throw new RangeError(`replicas must be an integer ≥ 1, got ${replicas}`);
+  }
+  const base = options.port ?? 0;
+  const fleet: LlmSim[] = [];
+  try {
+    for (let i = 0; i < replicas; i++) {
+      fleet.push(await startLlmSim({ ...options, port: base === 0 ? 0 : base + i }));
+    }
+  } catch (error) {
+    await Promise.all(fleet.map((sim) => sim.close()));
+    throw error;
+  }
+  return fleet;
+}
