@@ -3,8 +3,10 @@ import { VERSION } from '../version.js';
 import { adminCommands } from './admin.js';
 import { report } from './common.js';
 import { ctxCommands } from './ctx.js';
+import { devCommands } from './dev.js';
 import { mcpCommand } from './mcp.js';
 import { serveCommands } from './serve.js';
+import { simCommands } from './sim.js';
 
 export function buildProgram(): Command {
   const program = new Command('kiln')
@@ -13,6 +15,8 @@ export function buildProgram(): Command {
     .option('--config <path>', 'configuration file (default: KILN_CONFIG, else ./kiln.yaml when present)')
     .showHelpAfterError();
   serveCommands(program);
+  devCommands(program);
+  simCommands(program);
   adminCommands(program);
   ctxCommands(program);
   mcpCommand(program);

@@ -16,23 +16,26 @@ function onStop(logger: Logger, close: () => Promise<void>): void {
   process.on('SIGTERM', () => void stop('SIGTERM'));
 }
 
+/** `kiln serve`: the gateway with the configured store, until SIGINT/SIGTERM; SIGHUP reloads the fleet. */
+export async function serve(command: Command): Promise<void> {
+  const config = serverConfig(command);
+  const { createLogger, startServer } = await import('../server.js');
+  const logger = createLogger(config);
+  const server = await startServer(config, logger);
+  onStop(logger, () => server.close());
+  // SIGHUP: re-read engines, personas and routing without dropping requests.
+  process.on('SIGHUP', () => {
+    server.runtime.reload().catch((error: unknown) => {
+      logger.error({ err: error }, 'reload failed; the running configuration stays in force');
+    });
+  });
+}
+
 export function serveCommands(program: Command): void {
   program
     .command('serve')
     .description('run the gateway (HTTP API and workers) with the configured store')
-    .action(async (_options, command: Command) => {
-      const config = serverConfig(command);
-      const { createLogger, startServer } = await import('../server.js');
-      const logger = createLogger(config);
-      const server = await startServer(config, logger);
-      onStop(logger, () => server.close());
-      // SIGHUP: re-read engines, personas and routing without dropping requests.
-      process.on('SIGHUP', () => {
-        server.runtime.reload().catch((error: unknown) => {
-          logger.error({ err: error }, 'reload failed; the running configuration stays in force');
-        });
-      });
-    });
+    .action(async (_options, command: Command) => serve(command));
 
   program
     .command('worker')

@@ -1,10 +1,9 @@
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import type { LlmEngine } from './engine.js';
+import type { LlmEngine, Sequence } from './engine.js';
 import type { Fault } from './faults.js';
 import { readJson, sendError, sendJson } from './http.js';
 import {
-  type ChatRequest,
   type Completion,
   checkContext,
   chunkBody,
@@ -84,19 +83,31 @@ export async function handleChat(
     const u = usage(promptTokens, output.generated, cached);
     return sendJson(res, 200, completionBody(completion, output.tokens.join(''), output.finishReason, u));
   }
-  await stream(res, engine, request, completion, sequence, output, signal, dropAfter);
+  await stream(res, engine, signal, {
+    completion,
+    sequence,
+    output,
+    includeUsage: request.includeUsage,
+    dropAfter,
+  });
+}
+
+interface StreamJob {
+  completion: Completion;
+  sequence: Sequence;
+  output: StoppedOutput;
+  includeUsage: boolean;
+  /** The drop-mid-stream fault's event count, if in force. */
+  dropAfter: number | undefined;
 }
 
 async function stream(
   res: ServerResponse,
   engine: LlmEngine,
-  request: ChatRequest,
-  completion: Completion,
-  sequence: { prompt: string; promptTokens: number; outputTokens: number },
-  output: StoppedOutput,
   signal: AbortSignal,
-  dropAfter: number | undefined,
+  job: StreamJob,
 ): Promise<void> {
+  const { completion, sequence, output, dropAfter } = job;
   res.writeHead(200, { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache' });
   res.flushHeaders();
   let events = 0;
@@ -133,7 +144,7 @@ async function stream(
     return;
   }
   const tail = [sse(chunkBody(completion, {}, output.finishReason))];
-  if (request.includeUsage) {
+  if (job.includeUsage) {
     tail.push(sse(usageChunkBody(completion, usage(sequence.promptTokens, output.generated, cached))));
   }
   tail.push(SSE_DONE);

@@ -106,7 +106,11 @@ export class LlmEngine {
     }
   }
 
-  private async runSequence(sequence: Sequence, cancelled: AbortSignal, sink?: TokenSink): Promise<number | undefined> {
+  private async runSequence(
+    sequence: Sequence,
+    cancelled: AbortSignal,
+    sink?: TokenSink,
+  ): Promise<number | undefined> {
     const { blockTokens, prefillMsPerToken, decodeMsPerToken } = this.settings;
     this.counters.requests++;
     if (!(await this.slots.acquire(cancelled))) return undefined;

@@ -4,6 +4,7 @@ import { LlmEngine, type SimStats } from './engine.js';
 import { type Fault, parseFault } from './faults.js';
 import { readJson, sendError, sendJson } from './http.js';
 import { renderMetrics } from './metrics.js';
+import { vllmError } from './protocol.js';
 
 export type { SimStats } from './engine.js';
 export type { Fault } from './faults.js';
@@ -110,6 +111,10 @@ function listen(server: Server, port: number, host: string): Promise<void> {
   });
 }
 
+/** A listener that cannot reopen (its port taken meanwhile) is worth a warning, not a crash. */
+const warnListener = (error: unknown) =>
+  process.emitWarning(`LLM simulator listener: ${(error as Error).message ?? String(error)}`);
+
 const notFound = (res: ServerResponse) => sendJson(res, 404, { detail: 'Not Found' });
 const notAllowed = (res: ServerResponse) => sendJson(res, 405, { detail: 'Method Not Allowed' });
 
@@ -159,11 +164,11 @@ export async function startLlmSim(options: LlmSimOptions = {}): Promise<LlmSim> 
         const read = await readJson(req);
         if ('error' in read) return sendError(res, read.error);
         const parsed = parseFault(read.body);
-        if ('problem' in parsed) return sendJson(res, 400, { error: { message: parsed.problem } });
+        if ('problem' in parsed) return sendError(res, vllmError(400, parsed.problem));
         // Answer first, on a connection that then closes, so that a `refuse` leaves no idle
         // keep-alive connection behind for the client to reuse.
         sendJson(res, 200, { fault: parsed.fault ?? null }, { connection: 'close' });
-        await sim.setFault(parsed.fault);
+        await sim.setFault(parsed.fault).catch(warnListener);
         return;
       }
       default:
@@ -181,10 +186,7 @@ export async function startLlmSim(options: LlmSimOptions = {}): Promise<LlmSim> 
     const query = url.indexOf('?');
     route(req, res, query < 0 ? url : url.slice(0, query)).catch((error: unknown) => {
       if (res.headersSent) res.destroy();
-      else
-        sendJson(res, 500, {
-          error: { message: String(error), type: 'InternalServerError', param: null, code: 500 },
-        });
+      else sendError(res, vllmError(500, String(error)));
     });
   });
   await listen(server, settings.port, settings.host);
@@ -193,16 +195,18 @@ export async function startLlmSim(options: LlmSimOptions = {}): Promise<LlmSim> 
   const host = settings.host.includes(':') ? `[${settings.host}]` : settings.host;
 
   const syncListener = () => {
-    listener = listener.then(async () => {
-      const refusing = fault?.kind === 'refuse' || closed;
-      if (refusing && server.listening) {
-        // close() stops accepting at once and drops idle connections; its callback would wait
-        // for the busy ones, which may finish their answers.
-        server.close();
-      } else if (!refusing && !server.listening) {
-        await listen(server, port, settings.host);
-      }
-    });
+    listener = listener
+      .catch(() => undefined)
+      .then(async () => {
+        const refusing = fault?.kind === 'refuse' || closed;
+        if (refusing && server.listening) {
+          // close() stops accepting at once and drops idle connections; its callback would wait
+          // for the busy ones, which may finish their answers.
+          server.close();
+        } else if (!refusing && !server.listening) {
+          await listen(server, port, settings.host);
+        }
+      });
     return listener;
   };
 
@@ -214,7 +218,7 @@ export async function startLlmSim(options: LlmSimOptions = {}): Promise<LlmSim> 
       clearTimeout(faultTimer);
       fault = f;
       if (f?.durationMs !== undefined) {
-        faultTimer = setTimeout(() => void sim.setFault(undefined), f.durationMs);
+        faultTimer = setTimeout(() => void sim.setFault(undefined).catch(warnListener), f.durationMs);
       }
       return syncListener();
     },

@@ -1,0 +1,112 @@
+import { existsSync } from 'node:fs';
+import path from 'node:path';
+import type { Command } from 'commander';
+import type { Logger } from 'pino';
+import { loadConfig } from '../config/load.js';
+import { serverConfig } from './common.js';
+import { serve } from './serve.js';
+
+/** The simulated model's name on the engines, and the name callers use. */
+const UPSTREAM_MODEL = 'sim-llama-3-8b';
+const MODEL = 'llama-3-8b';
+
+const SUPPORT_PREAMBLE = `You are the support assistant of Kiln, a self-hosted generation gateway.
+Answer briefly and precisely. Kiln routes chat requests to engine pools by request class:
+shared-prefix work goes to a pool whose prefix cache already holds the shared preamble, unique
+prompts to a pool tuned for throughput, and long prompts to the engine that pages its KV cache best.
+When unsure, say so, and point to the documentation in docs/.`;
+
+/**
+ * `kiln dev`: the gateway on SQLite plus a simulated fleet — a shared-prefix pool, a unique pool and
+ * a long-context engine — with a config to match, so every chat mode can be tried in a minute.
+ */
+async function startDev(command: Command, options: { simPort: number }): Promise<void> {
+  const { startLlmFleet } = await import('../sim/llm/server.js');
+  const host = '127.0.0.1';
+  const base = options.simPort;
+  const prefixPool = await startLlmFleet(2, { host, port: base, model: UPSTREAM_MODEL });
+  const uniquePool = await startLlmFleet(2, { host, port: base === 0 ? 0 : base + 2, model: UPSTREAM_MODEL });
+  const longContext = await startLlmFleet(1, {
+    host,
+    port: base === 0 ? 0 : base + 4,
+    model: UPSTREAM_MODEL,
+    contextWindow: 131_072,
+    kvBlocks: 16_384,
+  });
+  const sims = [...prefixPool, ...uniquePool, ...longContext];
+  const engine = (serves: string, replicas: { url: string }[], extra: Record<string, unknown> = {}) => ({
+    serves,
+    replicas: replicas.map((r) => r.url),
+    models: { [MODEL]: UPSTREAM_MODEL },
+    owned_by: 'simulator',
+    ...extra,
+  });
+  const base0 = serverConfig(command);
+  const config = loadConfig({
+    file: base0.configFile,
+    overrides: {
+      engines: {
+        'prefix-pool': engine('shared-prefix', prefixPool),
+        'unique-pool': engine('unique', uniquePool),
+        'long-context': engine('long-context', longContext, { max_concurrency: 4 }),
+      },
+      personas: {
+        assistant: { model: MODEL, system: 'You are a helpful assistant.' },
+        support: { model: MODEL, system: SUPPORT_PREAMBLE, shared_preamble: true },
+      },
+    },
+  });
+  const { createLogger, startServer } = await import('../server.js');
+  const logger: Logger = createLogger(config);
+  const server = await startServer(config, logger);
+  const keyFile = path.join(config.data_dir, 'admin.key');
+  process.stdout.write(
+    [
+      '',
+      `Kiln dev is running at ${server.url}/v1 with a simulated fleet:`,
+      ...sims.map(
+        (s, i) => `  ${i < 2 ? 'prefix-pool ' : i < 4 ? 'unique-pool ' : 'long-context'}  ${s.url}`,
+      ),
+      `Admin key: ${keyFile}`,
+      '',
+      'Try it:',
+      `  export KILN_BASE_URL=${server.url} KILN_API_KEY=$(cat ${path.relative(process.cwd(), keyFile) || keyFile})`,
+      '  npx kiln chat --persona support "How does routing work?"',
+      `  curl -s ${server.url}/v1/models -H "Authorization: Bearer $KILN_API_KEY"`,
+      '',
+    ].join('\n'),
+  );
+  let stopping = false;
+  const stop = async () => {
+    if (stopping) return;
+    stopping = true;
+    await server.close();
+    await Promise.all(sims.map((s) => s.close()));
+    process.exit(0);
+  };
+  process.on('SIGINT', () => void stop());
+  process.on('SIGTERM', () => void stop());
+}
+
+export function devCommands(program: Command): void {
+  program
+    .command('dev')
+    .description('run the gateway on SQLite with a simulated engine fleet and a config to match')
+    .option('--sim-port <port>', 'first port of the simulated replicas (0 = any free ports)', '0')
+    .action(async (options: { simPort: string }, command: Command) => {
+      await startDev(command, { simPort: Number(options.simPort) });
+    });
+
+  program
+    .command('start')
+    .description(
+      'kiln serve when a configuration file exists (--config, KILN_CONFIG, ./kiln.yaml), else kiln dev',
+    )
+    .action(async (_options, command: Command) => {
+      const { config } = command.optsWithGlobals<{ config?: string }>();
+      const configured =
+        config ?? process.env.KILN_CONFIG ?? (existsSync('kiln.yaml') ? 'kiln.yaml' : undefined);
+      if (configured) await serve(command);
+      else await startDev(command, { simPort: 0 });
+    });
+}
