@@ -76,8 +76,15 @@ export class Router {
       prefixes: this.#prefixes,
     });
     const tried = new Set<Replica>();
+    let lastFailure: EngineError | undefined;
     for (let attempt = 1; ; attempt++) {
-      const lease = await this.fleet.acquire(call.model.model, requestClass, call.signal, tried);
+      let lease: Awaited<ReturnType<Fleet['acquire']>>;
+      try {
+        lease = await this.fleet.acquire(call.model.model, requestClass, call.signal, tried);
+      } catch (error) {
+        // Every replica was tried: the caller wants to know why the last one failed.
+        throw lastFailure ?? error;
+      }
       const { replica } = lease;
       const route: Route = {
         class: requestClass,
@@ -107,6 +114,7 @@ export class Router {
         lease.release(failure);
         if (call.signal.aborted) throw call.signal.reason ?? error;
         if (!failure.retryable || attempt >= MAX_TRIES) throw failure;
+        lastFailure = failure;
         this.log.warn(
           { engine: replica.engine, replica: replica.url, err: failure.message },
           'retrying on another replica',

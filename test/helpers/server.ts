@@ -28,13 +28,13 @@ export interface TestServer {
 export async function startTestServer(
   storeCase: StoreCase,
   overrides: Record<string, unknown> = {},
-  options: ServerOptions = {},
+  options: ServerOptions & { configFile?: string } = {},
 ): Promise<TestServer> {
   const dataDir = mkdtempSync(path.join(tmpdir(), 'kiln-server-'));
   const fresh = storeCase.fresh();
   const config = loadConfig({
     env: {},
-    file: undefined,
+    file: options.configFile,
     overrides: {
       data_dir: dataDir,
       port: 0,

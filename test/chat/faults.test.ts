@@ -1,0 +1,144 @@
+import OpenAI from 'openai';
+import { afterEach, describe, expect, it } from 'vitest';
+import type { LlmSim } from '../../src/sim/llm/server.js';
+import { startTestServer, type TestServer } from '../helpers/server.js';
+import { storeCases } from '../helpers/stores.js';
+import { closeAll, engine, simPool } from './fleet.js';
+
+/** Overflow, queueing and engine faults, each on a fleet of its own. */
+describe('chat under load and faults', () => {
+  let kiln: TestServer | undefined;
+  let sims: LlmSim[] = [];
+
+  const start = async (overrides: Record<string, unknown>) => {
+    kiln = await startTestServer(storeCases[0] as (typeof storeCases)[0], {
+      'jobs.workers': 32,
+      ...overrides,
+    });
+    return kiln;
+  };
+  const chat = (server: TestServer, body: Record<string, unknown> = {}) =>
+    server.call('POST', '/v1/chat/completions', {
+      body: {
+        model: 'm',
+        messages: [{ role: 'user', content: `q ${Math.random()}` }],
+        max_tokens: 20,
+        ...body,
+      },
+    });
+
+  afterEach(async () => {
+    await kiln?.close();
+    await closeAll(sims);
+    kiln = undefined;
+    sims = [];
+  });
+
+  it('overflow takes only the excess once the local fleet is full, and nothing when it is not', async () => {
+    const local = await simPool(1, { decodeMsPerToken: 20 });
+    const cloud = await simPool(1, { decodeMsPerToken: 1 });
+    sims = [...local, ...cloud];
+    const server = await start({
+      engines: {
+        local: engine('unique', local, { max_concurrency: 2 }),
+        cloud: engine('unique', cloud, { overflow: true }),
+      },
+      'routing.overflow_after_ms': 100,
+    });
+    const alone = await chat(server);
+    expect(alone.headers.get('x-kiln-route')).toMatch(/engine=local; replica=0; overflow=false/);
+    expect(cloud[0]?.stats().requests).toBe(0);
+
+    const answers = await Promise.all(Array.from({ length: 6 }, () => chat(server)));
+    expect(answers.map((a) => a.status)).toEqual([200, 200, 200, 200, 200, 200]);
+    const routes = answers.map((a) => a.headers.get('x-kiln-route') ?? '');
+    expect(routes.filter((r) => r.includes('overflow=false'))).toHaveLength(2);
+    expect(routes.filter((r) => r.includes('engine=cloud') && r.includes('overflow=true'))).toHaveLength(4);
+    expect(cloud[0]?.stats().requests).toBe(4);
+  });
+
+  it('without overflow, requests wait for a free replica and then time out cleanly', async () => {
+    sims = await simPool(1, { decodeMsPerToken: 25 });
+    const server = await start({
+      engines: { local: engine('unique', sims, { max_concurrency: 1 }) },
+      'routing.queue_timeout': '300ms',
+    });
+    const answers = await Promise.all([chat(server), chat(server), chat(server)]);
+    expect(answers.map((a) => a.status).sort()).toEqual([200, 504, 504]);
+    const late = answers.find((a) => a.status === 504);
+    expect(late?.body.error).toMatchObject({ code: 'engine-timeout', type: 'server_error' });
+    expect(late?.body.job).toMatchObject({ status: 'timeout', code: 'engine-timeout' });
+  });
+
+  it('a replica dying mid-stream: the client sees an error, the job fails inference-failed', async () => {
+    sims = await simPool(1, { decodeMsPerToken: 5 });
+    await sims[0]?.setFault({ kind: 'drop-mid-stream', afterChunks: 3 });
+    const server = await start({ engines: { local: engine('unique', sims) } });
+    const client = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: server.adminKey, maxRetries: 0 });
+    const stream = await client.chat.completions.create({
+      model: 'm',
+      messages: [{ role: 'user', content: 'tell me a story' }],
+      max_tokens: 30,
+      stream: true,
+    });
+    let chunks = 0;
+    await expect(
+      (async () => {
+        for await (const _ of stream) chunks++;
+      })(),
+    ).rejects.toThrow(/broke off|before \[DONE\]|ended/);
+    expect(chunks).toBeGreaterThan(0);
+    const failed = await server.call('GET', '/v1/jobs?kind=chat&status=failed');
+    expect(failed.body.data[0]).toMatchObject({ status: 'failed', code: 'inference-failed' });
+  });
+
+  it('a replica refusing connections is skipped: the request is retried on another', async () => {
+    sims = await simPool(2);
+    await sims[0]?.setFault({ kind: 'refuse' });
+    const server = await start({ engines: { local: engine('unique', sims) } });
+    for (let i = 0; i < 4; i++) {
+      const answer = await chat(server, { max_tokens: 2 });
+      expect(answer.status).toBe(200);
+      expect(answer.headers.get('x-kiln-route')).toMatch(/replica=1/);
+    }
+    expect(sims[1]?.stats().requests).toBe(4);
+  });
+
+  it('a hanging replica times out: 504 engine-timeout, the job ends timeout', async () => {
+    sims = await simPool(1);
+    await sims[0]?.setFault({ kind: 'hang' });
+    const server = await start({ engines: { local: engine('unique', sims, { timeout: '300ms' }) } });
+    const started = Date.now();
+    const answer = await chat(server);
+    expect(answer.status).toBe(504);
+    expect(answer.body.error.code).toBe('engine-timeout');
+    expect(answer.body.job.status).toBe('timeout');
+    expect(Date.now() - started).toBeLessThan(5000);
+  });
+
+  it('a client that goes away cancels the engine call', async () => {
+    sims = await simPool(1, { decodeMsPerToken: 50 });
+    const server = await start({ engines: { local: engine('unique', sims) } });
+    const controller = new AbortController();
+    const response = await fetch(`${server.url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${server.adminKey}`, 'content-type': 'application/json' },
+      body: JSON.stringify({
+        model: 'm',
+        messages: [{ role: 'user', content: 'long' }],
+        max_tokens: 200,
+        stream: true,
+      }),
+      signal: controller.signal,
+    });
+    const reader = response.body?.getReader();
+    await reader?.read();
+    expect(sims[0]?.stats().running).toBe(1);
+    controller.abort();
+    for (let i = 0; i < 50 && sims[0]?.stats().running !== 0; i++)
+      await new Promise((r) => setTimeout(r, 20));
+    expect(sims[0]?.stats().running).toBe(0);
+    const cancelled = await server.call('GET', '/v1/jobs?kind=chat&status=cancelled');
+    expect(cancelled.body.data).toHaveLength(1);
+  });
+});

@@ -1,0 +1,46 @@
+import { afterEach, describe, expect, it } from 'vitest';
+import { killAll, spawnKiln } from '../helpers/process.js';
+
+const SCRIPT = 'test/sim/sim-cli.ts';
+
+describe('kiln sim llm', () => {
+  afterEach(async () => killAll());
+
+  it('prints one URL per replica, serves on each, and exits 0 on SIGTERM', async () => {
+    const sim = spawnKiln(
+      {},
+      ['sim', 'llm', '--port', '0', '--replicas', '2', '--model', 'rehearsal', '--decode-ms-per-token', '1'],
+      SCRIPT,
+    );
+    await sim.waitForLine(() => sim.lines.length >= 2);
+    const urls = sim.lines.map((line) => String(line.text));
+    expect(urls).toHaveLength(2);
+    for (const url of urls) expect(url).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/);
+    expect(new Set(urls).size).toBe(2);
+
+    for (const url of urls) {
+      const res = await fetch(`${url}/v1/chat/completions`, {
+        method: 'POST',
+        body: JSON.stringify({
+          model: 'rehearsal',
+          messages: [{ role: 'user', content: 'hi' }],
+          max_tokens: 3,
+        }),
+      });
+      expect(res.status).toBe(200);
+      expect(((await res.json()) as any).usage.completion_tokens).toBe(3);
+    }
+    expect(sim.output()).toMatch(/2 replica\(s\) serving rehearsal/);
+
+    sim.child.kill('SIGTERM');
+    expect(await sim.exited).toEqual({ code: 0, signal: null });
+    await expect(fetch(`${urls[0]}/health`)).rejects.toThrow();
+  });
+
+  it('refuses a bad option value with a message and a non-zero exit', async () => {
+    const sim = spawnKiln({}, ['sim', 'llm', '--replicas', '0'], SCRIPT);
+    const exit = await sim.exited;
+    expect(exit.code).not.toBe(0);
+    expect(sim.output()).toMatch(/--replicas.*expected a whole number ≥ 1/);
+  });
+});
