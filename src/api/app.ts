@@ -13,7 +13,7 @@ import { installErrorHandling } from './errors.js';
 import { healthRoutes } from './health.js';
 import { jobRoutes } from './jobs.js';
 import { mcpRoutes } from './mcp.js';
-import { adminRoutes, modelRoutes } from './models.js';
+import { adminRoutes, metricsRoutes, modelRoutes } from './models.js';
 import { validatorCompiler } from './validation.js';
 
 export interface AppDeps {
@@ -58,6 +58,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     chatRoutes(authenticated, deps);
     modelRoutes(authenticated, deps);
     adminRoutes(authenticated, deps);
+    metricsRoutes(authenticated, deps);
     mcpRoutes(authenticated, deps);
     deps.routes?.(authenticated, deps);
   });

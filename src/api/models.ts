@@ -1,6 +1,7 @@
 import type { FastifyInstance } from 'fastify';
 import { ConfigError } from '../config/load.js';
 import { KilnError } from '../errors.js';
+import { routeMetrics } from '../router/metrics.js';
 import type { AppDeps } from './app.js';
 
 /** GET /v1/models: personas and the models the fleet serves (DESIGN.md section 7). */
@@ -57,4 +58,13 @@ export function adminRoutes(app: FastifyInstance, deps: AppDeps): void {
         .map((m) => m.id),
     };
   });
+}
+
+/** GET /metrics: routing counters and replica gauges, Prometheus text format (any key). */
+export function metricsRoutes(app: FastifyInstance, deps: AppDeps): void {
+  app.get('/metrics', async (_request, reply) =>
+    reply
+      .type('text/plain; version=0.0.4')
+      .send(`${routeMetrics()}\n${deps.runtime.router().fleet.metrics()}\n`),
+  );
 }

@@ -3,6 +3,7 @@ import { parseDuration } from '../config/duration.js';
 import type { Config } from '../config/schema.js';
 import { createAdapter, type EngineAdapter, EngineError, type ReplicaTarget } from '../engines/index.js';
 import type { RequestClass } from './classify.js';
+import { countRoute } from './metrics.js';
 
 type EngineConfig = Config['engines'][string];
 
@@ -85,7 +86,6 @@ export class Fleet {
   readonly #adapters = new Map<string, EngineAdapter>();
   readonly #waiters = new Set<() => void>();
   readonly #chooser: ReplicaChooser = new LeastInFlight();
-  readonly overflowUsed = new Map<string, number>();
   #healthTimer: NodeJS.Timeout | undefined;
 
   constructor(
@@ -181,7 +181,7 @@ export class Fleet {
 
   #lease(replica: Replica, requestClass: RequestClass, overflow: boolean): Lease {
     replica.inFlight++;
-    if (overflow) this.overflowUsed.set(replica.engine, (this.overflowUsed.get(replica.engine) ?? 0) + 1);
+    countRoute(requestClass, replica.engine, overflow);
     let released = false;
     return {
       replica,
@@ -221,6 +221,19 @@ export class Fleet {
 
   #wake(): void {
     for (const waiter of [...this.#waiters]) waiter();
+  }
+
+  /** Replica gauges in Prometheus text format. */
+  metrics(): string {
+    const label = (r: Replica) => `engine="${r.engine}",replica="${r.index}"`;
+    return [
+      '# HELP kiln_replica_in_flight Requests in flight on the replica.',
+      '# TYPE kiln_replica_in_flight gauge',
+      ...this.replicas.map((r) => `kiln_replica_in_flight{${label(r)}} ${r.inFlight}`),
+      '# HELP kiln_replica_available 1 when the replica is up and not ejected.',
+      '# TYPE kiln_replica_available gauge',
+      ...this.replicas.map((r) => `kiln_replica_available{${label(r)}} ${r.available ? 1 : 0}`),
+    ].join('\n');
   }
 
   async close(): Promise<void> {

@@ -1,3 +1,6 @@
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
 import OpenAI from 'openai';
 import { afterEach, describe, expect, it } from 'vitest';
 import type { LlmSim } from '../../src/sim/llm/server.js';
@@ -140,5 +143,62 @@ describe('chat under load and faults', () => {
     expect(sims[0]?.stats().running).toBe(0);
     const cancelled = await server.call('GET', '/v1/jobs?kind=chat&status=cancelled');
     expect(cancelled.body.data).toHaveLength(1);
+  });
+
+  it('a replica that keeps failing is ejected for a cool-down; the others take its share', async () => {
+    sims = await simPool(2);
+    await sims[0]?.setFault({ kind: 'error', status: 500, message: 'CUDA out of memory' });
+    const server = await start({ engines: { local: engine('unique', sims) } });
+    for (let i = 0; i < 10; i++) {
+      const answer = await chat(server, { max_tokens: 2 });
+      expect(answer.status).toBe(200);
+      expect(answer.headers.get('x-kiln-route')).toMatch(/replica=1/);
+    }
+    // Three failures eject it; after that it is not even tried.
+    expect(sims[0]?.stats().requests).toBeLessThanOrEqual(3);
+    const metrics = await server.call('GET', '/metrics');
+    expect(metrics.body).toMatch(/kiln_replica_available\{engine="local",replica="0"\} 0/);
+    expect(metrics.body).toMatch(
+      /kiln_routed_requests_total\{class="unique",engine="local",overflow="false"\} \d+/,
+    );
+  });
+
+  it('a reload changes routing without a client change and without dropping a request in flight', async () => {
+    const first = await simPool(1, { decodeMsPerToken: 20 });
+    const second = await simPool(1);
+    sims = [...first, ...second];
+    const dir = mkdtempSync(path.join(tmpdir(), 'kiln-reload-'));
+    const file = path.join(dir, 'kiln.yaml');
+    const fleet = (name: string, pool: LlmSim[]) =>
+      `engines:\n  ${name}:\n    serves: unique\n    replicas: [${pool[0]?.url}]\n    models: { m: sim-model }\npersonas:\n  helper: { model: m }\n`;
+    writeFileSync(file, fleet('first', first));
+    const server = await startTestServer(storeCases[0] as (typeof storeCases)[0], {}, { configFile: file });
+    kiln = server;
+    const ask = (body: Record<string, unknown> = {}) =>
+      server.call('POST', '/v1/chat/completions', {
+        body: { model: 'helper', messages: [{ role: 'user', content: 'hi' }], max_tokens: 2, ...body },
+      });
+    expect((await ask()).headers.get('x-kiln-route')).toMatch(/engine=first/);
+
+    const inFlight = ask({ max_tokens: 30 }); // ~600 ms on the first engine
+    await new Promise((r) => setTimeout(r, 100));
+    writeFileSync(file, fleet('second', second));
+    const member = await server.key('default');
+    expect((await server.call('POST', '/admin/reload', { key: member })).status).toBe(403);
+    const reloaded = await server.call('POST', '/admin/reload');
+    expect(reloaded.status).toBe(200);
+    expect((await ask()).headers.get('x-kiln-route')).toMatch(/engine=second/);
+    const survivor = await inFlight;
+    expect(survivor.status).toBe(200);
+    expect(survivor.headers.get('x-kiln-route')).toMatch(/engine=first/);
+
+    writeFileSync(file, 'personas:\n  helper: { model: nowhere }\n');
+    const refused = await server.call('POST', '/admin/reload');
+    expect(refused.status).toBe(400);
+    expect(refused.body.error.details[0].message).toMatch(
+      /personas\.helper\.model: no local engine serves nowhere/,
+    );
+    expect((await ask()).headers.get('x-kiln-route')).toMatch(/engine=second/);
+    rmSync(dir, { recursive: true, force: true });
   });
 });
