@@ -101,3 +101,53 @@ describe('the README walk-through', () => {
     expect((await curl(admin, `${base}/api/v1/contexts/huge`)).status).toBe(404);
   });
 });
+
+describe('kiln dev', () => {
+  it('starts the gateway with a simulated fleet that the openai client can use in every mode', async () => {
+    const dir = mkdtempSync(path.join(tmpdir(), 'kiln-dev-'));
+    const dev = spawn(process.execPath, [KILN_BIN, 'dev'], {
+      cwd: dir,
+      env: { PATH: process.env.PATH ?? '', KILN_PORT: '0' },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    try {
+      const base = await new Promise<string>((resolve, reject) => {
+        let seen = '';
+        dev.once('exit', (code) => reject(new Error(`kiln dev exited with ${code}: ${seen}`)));
+        dev.stdout?.setEncoding('utf8').on('data', (chunk: string) => {
+          seen += chunk;
+          const match = /Kiln dev is running at (\S+)\/v1/.exec(seen);
+          if (match) resolve(match[1] as string);
+        });
+      });
+      const { default: OpenAI } = await import('openai');
+      const client = new OpenAI({
+        baseURL: `${base}/v1`,
+        apiKey: readFileSync(path.join(dir, 'data', 'admin.key'), 'utf8').trim(),
+        maxRetries: 0,
+      });
+      const ids = (await client.models.list()).data.map((m) => m.id);
+      expect(ids).toEqual(expect.arrayContaining(['assistant', 'support', 'llama-3-8b']));
+      const answer = await client.chat.completions.create({
+        model: 'support',
+        messages: [{ role: 'user', content: 'How does routing work?' }],
+        max_tokens: 8,
+      });
+      expect(answer.usage?.completion_tokens).toBe(8);
+      let streamed = '';
+      for await (const chunk of await client.chat.completions.create({
+        model: 'assistant',
+        messages: [{ role: 'user', content: 'hi' }],
+        max_tokens: 5,
+        stream: true,
+      })) {
+        streamed += chunk.choices[0]?.delta.content ?? '';
+      }
+      expect(streamed.split(' ')).toHaveLength(5);
+    } finally {
+      dev.kill('SIGTERM');
+      await new Promise((r) => dev.once('exit', r));
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
