@@ -106,4 +106,35 @@ describe('configuration', () => {
       ]),
     );
   });
+
+  it('refuses a fleet where overflow would be the only engine for a model, or a persona has no local model', () => {
+    const yaml = file(
+      'fleet.yaml',
+      [
+        'engines:',
+        '  local: { replicas: [http://127.0.0.1:9000], models: { llama: llama-3-8b } }',
+        '  cloud: { overflow: true, replicas: [https://cloud.example], models: { llama: meta/llama-3-8b, mixtral: mixtral-8x7b } }',
+        'personas:',
+        '  writer: { model: mixtral }',
+      ].join('\n'),
+    );
+    expect(problemsOf(() => loadConfig({ env: {}, file: yaml }))).toEqual([
+      'engines.cloud.models.mixtral: an overflow engine only takes excess load; no local engine serves mixtral',
+      'personas.writer.model: no local engine serves mixtral',
+    ]);
+  });
+
+  it('checks engine entries like every other key', () => {
+    const yaml = file(
+      'engine.yaml',
+      'engines:\n  local: { replicas: [ftp://x], models: {}, serves: everything }\n',
+    );
+    const problems = problemsOf(() => loadConfig({ env: {}, file: yaml }));
+    expect(problems).toEqual(
+      expect.arrayContaining([
+        expect.stringMatching(/^engines\.local\.replicas\.0: must be an http:\/\/ or https:\/\/ base URL/),
+        expect.stringMatching(/^engines\.local\.serves: must be one of shared-prefix, unique, long-context/),
+      ]),
+    );
+  });
 });
