@@ -1,9 +1,11 @@
 import { Command } from 'commander';
 import { VERSION } from '../version.js';
 import { adminCommands } from './admin.js';
+import { chatCommands } from './chat.js';
 import { report } from './common.js';
 import { ctxCommands } from './ctx.js';
 import { devCommands } from './dev.js';
+import { jobsCommands } from './jobs.js';
 import { mcpCommand } from './mcp.js';
 import { serveCommands } from './serve.js';
 import { simCommands } from './sim.js';
@@ -19,11 +21,18 @@ export function buildProgram(): Command {
   simCommands(program);
   adminCommands(program);
   ctxCommands(program);
+  chatCommands(program);
+  jobsCommands(program);
   mcpCommand(program);
   return program;
 }
 
 export async function main(argv: string[]): Promise<void> {
+  // `kiln … | head` closes the pipe early: that is the reader's choice, not an error.
+  process.stdout.on('error', (error: NodeJS.ErrnoException) => {
+    if (error.code === 'EPIPE') process.exit(0);
+    throw error;
+  });
   try {
     await buildProgram().parseAsync(argv);
   } catch (error) {

@@ -1,10 +1,35 @@
+import { setTimeout as sleep } from 'node:timers/promises';
 import type { ListContextsQuery, SaveContextBody } from '../contexts/schemas.js';
 import type { ContextList, ContextRecord, ContextsPort, ContextWithContent } from '../contexts/service.js';
 import type { ErrorBody } from '../errors.js';
+import type { JOB_STATUSES, ListJobsQuery } from '../jobs/schemas.js';
+import {
+  type ChatChunk,
+  type ChatCompletion,
+  type ChatRequest,
+  type ChatSubmission,
+  chatChunks,
+  type SubmitOptions,
+  statusOfCode,
+  typeOfCode,
+} from './chat.js';
 
 export type { ContextList, ContextRecord, ContextWithContent } from '../contexts/service.js';
+export type { ListJobsQuery } from '../jobs/schemas.js';
+export type {
+  ChatChunk,
+  ChatCompletion,
+  ChatMessage,
+  ChatRequest,
+  ChatSubmission,
+  SubmitOptions,
+} from './chat.js';
+export { contentOf, deltaOf } from './chat.js';
 
-/** A non-2xx answer from the gateway, carrying its error envelope. */
+/**
+ * A non-2xx answer from the gateway, carrying its error envelope. An error that ends a stream after
+ * its 200 is one too, with the status its code has (what a sync request would have answered).
+ */
 export class KilnApiError extends Error {
   constructor(
     readonly status: number,
@@ -19,6 +44,86 @@ export class KilnApiError extends Error {
   }
 }
 
+export type JobStatus = (typeof JOB_STATUSES)[number];
+
+/** Statuses a job never leaves. */
+export const TERMINAL_STATUSES: readonly JobStatus[] = ['completed', 'failed', 'cancelled', 'timeout'];
+
+/** A job's poll body (`GET /v1/jobs/{id}`), of any kind. */
+export interface Job {
+  id: string;
+  object: 'job';
+  kind: string;
+  status: JobStatus;
+  created: number;
+  started_at: number | null;
+  finished_at: number | null;
+  /** 0–1, once the handler reports it. */
+  progress?: number;
+  /** Once completed: the kind's result (a chat.completion for chat). */
+  result?: unknown;
+  /** Once failed, cancelled or timed out: why. */
+  code?: string;
+  message?: string;
+  [field: string]: unknown;
+}
+
+/** A page of jobs, newest first. */
+export interface JobList {
+  object: 'list';
+  data: Job[];
+  has_more: boolean;
+  last_id: string | null;
+}
+
+/** One entry of `GET /v1/models`: a persona or a model the fleet serves. */
+export interface Model {
+  id: string;
+  object: 'model';
+  created: number;
+  owned_by: string;
+  kind: 'persona' | 'chat';
+  /** A local replica for it is up. */
+  ready: boolean;
+}
+
+export interface WaitOptions {
+  /** Time between polls (default 1000 ms). */
+  intervalMs?: number;
+  /** Give up after this long with a JobWaitTimeoutError (default: never). */
+  timeoutMs?: number;
+  /** Called with each poll of the job while it is not yet terminal. */
+  onProgress?: (job: Job) => void;
+  signal?: AbortSignal;
+}
+
+/** `jobs.wait` gave up before the job was terminal; the job goes on. */
+export class JobWaitTimeoutError extends Error {
+  constructor(
+    readonly job: Job,
+    timeoutMs: number,
+  ) {
+    super(
+      `job ${job.id} is still ${job.status} after ${timeoutMs / 1000} s; it goes on (kiln jobs get ${job.id})`,
+    );
+    this.name = 'JobWaitTimeoutError';
+  }
+}
+
+/** A job id for a URL: a public id (`chatcmpl-…`), a bare UUID, or a polling_url (its last segment). */
+const jobPath = (id: string) =>
+  `/v1/jobs/${encodeURIComponent(id.replace(/\/+$/, '').split('/').pop() ?? id)}`;
+
+/** The error a job that ended without completing stands for, as a sync request would have answered it. */
+export function jobFailure(job: Job): KilnApiError {
+  const code = job.code ?? (job.status === 'cancelled' ? 'cancelled' : 'inference-failed');
+  return new KilnApiError(statusOfCode(code), {
+    type: typeOfCode(code),
+    code,
+    message: job.message ?? `the job ended ${job.status}`,
+  });
+}
+
 export interface ClientOptions {
   baseUrl: string;
   apiKey: string;
@@ -28,6 +133,28 @@ export interface ClientOptions {
 /** A typed client for Kiln's HTTP API; the CLI and `kiln mcp` use it, and so can anyone. */
 export class KilnClient {
   readonly contexts: ContextsPort;
+  readonly chat: {
+    /** POST /v1/chat/completions, sync: the chat.completion (polling on if the gateway answers 202). */
+    create(body: ChatRequest, options?: SubmitOptions): Promise<ChatCompletion>;
+    /** POST /v1/chat/completions, stream: each chat.completion.chunk as it arrives, until [DONE]. */
+    stream(body: ChatRequest, options?: SubmitOptions): AsyncGenerator<ChatChunk>;
+    /** POST /v1/chat/completions, async: the 202 submission (id, polling_url). */
+    submit(body: ChatRequest, options?: SubmitOptions): Promise<ChatSubmission>;
+  };
+  readonly jobs: {
+    /** GET /v1/jobs/{id}: the poll body; id is a public id, a UUID or a polling_url. */
+    get(id: string): Promise<Job>;
+    /** Polls GET /v1/jobs/{id} until the job is terminal and answers it (completed or not). */
+    wait(id: string, options?: WaitOptions): Promise<Job>;
+    /** POST /v1/jobs/{id}/cancel: the cancelled job; 409 job-already-terminal if it had ended. */
+    cancel(id: string): Promise<Job>;
+    /** GET /v1/jobs: a page of the organisation's jobs, newest first. */
+    list(query?: ListJobsQuery): Promise<JobList>;
+  };
+  readonly models: {
+    /** GET /v1/models: personas and served models, with whether each is ready. */
+    list(): Promise<{ object: 'list'; data: Model[] }>;
+  };
   readonly #baseUrl: string;
   readonly #apiKey: string;
   readonly #fetch: typeof fetch;
@@ -58,16 +185,121 @@ export class KilnClient {
           )
         ).data,
     };
+
+    const jobs: KilnClient['jobs'] = {
+      get: async (id) => (await this.#call<Job>('GET', jobPath(id))).data,
+      wait: async (id, options = {}) => {
+        const interval = options.intervalMs ?? 1000;
+        const deadline =
+          options.timeoutMs === undefined ? Number.POSITIVE_INFINITY : Date.now() + options.timeoutMs;
+        for (;;) {
+          const job = await jobs.get(id);
+          if (TERMINAL_STATUSES.includes(job.status)) return job;
+          options.onProgress?.(job);
+          const left = deadline - Date.now();
+          if (left <= 0) throw new JobWaitTimeoutError(job, options.timeoutMs ?? 0);
+          await sleep(Math.min(interval, left), undefined, options.signal ? { signal: options.signal } : {});
+        }
+      },
+      cancel: async (id) => (await this.#call<Job>('POST', `${jobPath(id)}/cancel`)).data,
+      list: async (query = {}) => {
+        const search = new URLSearchParams();
+        for (const [k, v] of Object.entries(query)) if (v !== undefined) search.set(k, String(v));
+        const qs = search.size ? `?${search}` : '';
+        return (await this.#call<JobList>('GET', `/v1/jobs${qs}`)).data;
+      },
+    };
+    this.jobs = jobs;
+
+    const client = this;
+    this.chat = {
+      create: async (body, options = {}) => {
+        const { mode: _mode, stream: _stream, ...rest } = body;
+        const { status, data } = await this.#call<ChatCompletion | ChatSubmission>(
+          'POST',
+          '/v1/chat/completions',
+          rest,
+          options,
+        );
+        if (status !== 202) return data as ChatCompletion;
+        // The job outlasted the gateway's sync timeout; it goes on, so follow it.
+        const job = await jobs.wait(
+          (data as ChatSubmission).polling_url,
+          options.signal ? { signal: options.signal } : {},
+        );
+        if (job.status !== 'completed') throw jobFailure(job);
+        return job.result as ChatCompletion;
+      },
+      async *stream(body, options = {}) {
+        const { mode: _mode, ...rest } = body;
+        const response = await client.#send(
+          'POST',
+          '/v1/chat/completions',
+          { ...rest, stream: true },
+          options,
+        );
+        if (!response.ok || !response.body) await client.#fail(response, await response.text());
+        yield* chatChunks(
+          response.body as ReadableStream<Uint8Array>,
+          (status, error) => new KilnApiError(status, error),
+        );
+      },
+      submit: async (body, options = {}) => {
+        const { mode: _mode, stream: _stream, ...rest } = body;
+        return (
+          await this.#call<ChatSubmission>(
+            'POST',
+            '/v1/chat/completions',
+            { ...rest, mode: 'async' },
+            options,
+          )
+        ).data;
+      },
+    };
+
+    this.models = {
+      list: async () => (await this.#call<{ object: 'list'; data: Model[] }>('GET', '/v1/models')).data,
+    };
   }
 
-  async #call<T>(method: string, path: string, body?: unknown): Promise<{ status: number; data: T }> {
+  async #send(method: string, path: string, body?: unknown, options: SubmitOptions = {}): Promise<Response> {
     const headers: Record<string, string> = { authorization: `Bearer ${this.#apiKey}` };
     if (body !== undefined) headers['content-type'] = 'application/json';
-    const response = await this.#fetch(`${this.#baseUrl}${path}`, {
+    if (options.idempotencyKey !== undefined) headers['idempotency-key'] = options.idempotencyKey;
+    return this.#fetch(`${this.#baseUrl}${path}`, {
       method,
       headers,
       ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+      ...(options.signal ? { signal: options.signal } : {}),
     });
+  }
+
+  /** Throws the KilnApiError a non-2xx answer (or a 2xx without the body expected) stands for. */
+  async #fail(response: Response, text: string): Promise<never> {
+    let data: unknown;
+    try {
+      data = text ? JSON.parse(text) : undefined;
+    } catch {
+      data = undefined;
+    }
+    const envelope = (data as { error?: ErrorBody } | undefined)?.error;
+    throw new KilnApiError(
+      response.status,
+      envelope ?? {
+        type: 'http_error',
+        code: `http-${response.status}`,
+        message: text.slice(0, 200) || response.statusText,
+      },
+    );
+  }
+
+  async #call<T>(
+    method: string,
+    path: string,
+    body?: unknown,
+    options: SubmitOptions = {},
+  ): Promise<{ status: number; data: T }> {
+    const response = await this.#send(method, path, body, options);
     const text = await response.text();
     let data: unknown;
     try {
@@ -75,17 +307,7 @@ export class KilnClient {
     } catch {
       data = undefined;
     }
-    if (!response.ok) {
-      const envelope = (data as { error?: ErrorBody } | undefined)?.error;
-      throw new KilnApiError(
-        response.status,
-        envelope ?? {
-          type: 'http_error',
-          code: `http-${response.status}`,
-          message: text.slice(0, 200) || response.statusText,
-        },
-      );
-    }
+    if (!response.ok) await this.#fail(response, text);
     return { status: response.status, data: data as T };
   }
 }

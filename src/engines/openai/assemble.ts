@@ -33,10 +33,11 @@ export class CompletionAssembler {
       if (typeof delta.role === 'string') state.message.role = delta.role;
       if (typeof delta.content === 'string') state.message.content += delta.content;
       for (const call of (delta.tool_calls as ToolCallDelta[] | undefined) ?? []) {
-        const into = (state.tools[call.index] ??= {
-          index: call.index,
-          function: { name: '', arguments: '' },
-        });
+        let into = state.tools[call.index];
+        if (!into) {
+          into = { index: call.index, function: { name: '', arguments: '' } };
+          state.tools[call.index] = into;
+        }
         if (call.id) into.id = call.id;
         if (call.type) into.type = call.type;
         if (call.function?.name) (into.function as { name: string }).name += call.function.name;

@@ -1,0 +1,61 @@
+import { describe, expect, it } from 'vitest';
+import { CompletionAssembler } from '../../src/engines/openai/assemble.js';
+import type { ChatChunk } from '../../src/engines/types.js';
+
+const chunk = (delta: Record<string, unknown>, extra: Partial<ChatChunk> = {}): ChatChunk => ({
+  id: 'up-1',
+  object: 'chat.completion.chunk',
+  created: 1,
+  model: 'm',
+  choices: [{ index: 0, delta, finish_reason: null }],
+  ...extra,
+});
+
+describe('folding a stream into a completion', () => {
+  it('joins content, keeps the finish reason and the usage of the last chunk', () => {
+    const folded = new CompletionAssembler();
+    folded.add(chunk({ role: 'assistant', content: '' }));
+    folded.add(chunk({ content: 'Hello' }));
+    folded.add(chunk({ content: ', world' }));
+    folded.add({ ...chunk({}), choices: [{ index: 0, delta: {}, finish_reason: 'stop' }] });
+    folded.add({
+      ...chunk({}),
+      choices: [],
+      usage: { prompt_tokens: 3, completion_tokens: 2, total_tokens: 5 },
+    });
+    expect(folded.result()).toEqual({
+      id: 'up-1',
+      object: 'chat.completion',
+      created: 1,
+      model: 'm',
+      choices: [
+        {
+          index: 0,
+          message: { role: 'assistant', content: 'Hello, world' },
+          finish_reason: 'stop',
+          logprobs: null,
+        },
+      ],
+      usage: { prompt_tokens: 3, completion_tokens: 2, total_tokens: 5 },
+    });
+  });
+
+  it('assembles tool calls from their argument fragments', () => {
+    const folded = new CompletionAssembler();
+    folded.add(
+      chunk({
+        role: 'assistant',
+        tool_calls: [
+          { index: 0, id: 'call_1', type: 'function', function: { name: 'get_weather', arguments: '{"ci' } },
+        ],
+      }),
+    );
+    folded.add(chunk({ tool_calls: [{ index: 0, function: { arguments: 'ty":"Oslo"}' } }] }));
+    folded.add({ ...chunk({}), choices: [{ index: 0, delta: {}, finish_reason: 'tool_calls' }] });
+    const [choice] = folded.result().choices;
+    expect(choice?.finish_reason).toBe('tool_calls');
+    expect(choice?.message.tool_calls).toEqual([
+      { type: 'function', id: 'call_1', function: { name: 'get_weather', arguments: '{"city":"Oslo"}' } },
+    ]);
+  });
+});
