@@ -38,22 +38,23 @@ export async function streamJob(
       keyId: request.auth.id,
       request: options.request,
     });
-    // Wait for the first sign of life: the route, a chunk, or the end.
+    // Wait for the first output (or the end): a failure before any token is still an ordinary HTTP
+    // error, and the route in the headers is the one that produced the output, after any retries.
     const first = await new Promise<JobEvent>((resolve) => {
-      const next = pending.shift();
-      if (next) return resolve(next);
+      const isStart = (event: JobEvent) => event.t === 'part' || event.t === 'done';
+      const ready = pending.find(isStart);
+      if (ready) return resolve(ready);
       deliver = (event) => {
         pending.push(event);
-        resolve(pending.shift() as JobEvent);
+        if (isStart(event)) resolve(event);
       };
     });
-    pending.unshift(first);
     if (first.t === 'done') {
       const job = (await jobs.store.jobs.byId(id)) as JobRow;
       if (job.status !== 'completed') throw jobError(job, jobs.poll(job));
     }
 
-    const meta = pending.find((e): e is Extract<JobEvent, { t: 'meta' }> => e.t === 'meta')?.meta ?? {};
+    const meta = pending.findLast((e): e is Extract<JobEvent, { t: 'meta' }> => e.t === 'meta')?.meta ?? {};
     reply.hijack();
     const raw = reply.raw;
     raw.writeHead(200, {

@@ -129,6 +129,17 @@ function describe(error: ErrorObject, root: string): ErrorDetail {
         received: length,
       };
     }
+    case 'minItems':
+    case 'maxItems': {
+      const limit = Number(params.limit);
+      return {
+        field: at,
+        rule: error.keyword === 'minItems' ? 'min_items' : 'max_items',
+        message: `${at} must have ${error.keyword === 'minItems' ? 'at least' : 'at most'} ${limit} item${limit === 1 ? '' : 's'}`,
+        limit,
+        received: Array.isArray(error.data) ? error.data.length : undefined,
+      };
+    }
     case 'minimum':
     case 'maximum':
       return {
@@ -162,11 +173,26 @@ function describe(error: ErrorObject, root: string): ErrorDetail {
 
 /** Ajv's errors as Kiln's `details`: one entry per problem, the noise of union branches dropped. */
 export function toDetails(errors: ErrorObject[], root = 'body'): ErrorDetail[] {
-  // A failed anyOf reports each branch's own failure too; the anyOf entry alone says it best.
-  const unions = new Set(errors.filter((e) => e.keyword === 'anyOf').map((e) => e.instancePath));
-  const details = errors
-    .filter((e) => e.keyword === 'anyOf' || !unions.has(e.instancePath))
-    .map((e) => describe(e, root));
+  const details: ErrorDetail[] = [];
+  const unions = new Map(errors.filter((e) => e.keyword === 'anyOf').map((e) => [e.instancePath, e]));
+  for (const [at, union] of unions) {
+    const branches = errors.filter((e) => e.instancePath === at && e !== union);
+    const enumLike = ((union.parentSchema as SchemaHints | undefined)?.anyOf ?? []).some((b) => 'const' in b);
+    const ruled = branches.filter((e) => e.keyword !== 'type');
+    if (enumLike) details.push(describe(union, root));
+    // A nullable or multi-typed field: the rule the value broke, else the types it may have.
+    else if (ruled.length > 0) details.push(...ruled.map((e) => describe(e, root)));
+    else {
+      const types = branches.map((e) => String((e.params as { type: string }).type)).join(',');
+      details.push({
+        ...describe({ ...union, keyword: 'type', params: { type: types } }, root),
+        rule: 'type',
+      });
+    }
+  }
+  for (const error of errors) {
+    if (error.keyword !== 'anyOf' && !unions.has(error.instancePath)) details.push(describe(error, root));
+  }
   const seen = new Set<string>();
   return details.filter((d) => {
     const key = `${d.field}|${d.rule}`;

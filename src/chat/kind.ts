@@ -32,8 +32,13 @@ async function preamble(
 /** The engine's failure, as the job's: timeouts end `timeout`, a fleet that is down `engine-unavailable`. */
 function asJobFailure(error: EngineError): JobFailure {
   if (error.kind === 'timeout') return new JobFailure('engine-timeout', error.message, {}, 'timeout');
-  if (error.kind === 'unavailable' && error.status === 503)
+  // Nobody to ask (no replica up, connections refused, 503/429): the fleet is unavailable, not the answer wrong.
+  if (
+    error.kind === 'unavailable' &&
+    (error.status === undefined || error.status === 503 || error.status === 429)
+  ) {
     return new JobFailure('engine-unavailable', error.message);
+  }
   return new JobFailure('inference-failed', error.message);
 }
 

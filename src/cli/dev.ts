@@ -1,7 +1,8 @@
-import { existsSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import type { Command } from 'commander';
 import type { Logger } from 'pino';
+import { parse as parseYaml, stringify as stringifyYaml } from 'yaml';
 import { loadConfig } from '../config/load.js';
 import { serverConfig } from './common.js';
 import { serve } from './serve.js';
@@ -41,21 +42,26 @@ async function startDev(command: Command, options: { simPort: number }): Promise
     owned_by: 'simulator',
     ...extra,
   });
-  const base0 = serverConfig(command);
-  const config = loadConfig({
-    file: base0.configFile,
-    overrides: {
-      engines: {
-        'prefix-pool': engine('shared-prefix', prefixPool),
-        'unique-pool': engine('unique', uniquePool),
-        'long-context': engine('long-context', longContext, { max_concurrency: 4 }),
-      },
-      personas: {
-        assistant: { model: MODEL, system: 'You are a helpful assistant.' },
-        support: { model: MODEL, system: SUPPORT_PREAMBLE, shared_preamble: true },
-      },
+  // The fleet goes into a config file of its own (the user's kiln.yaml, if any, plus the fleet), so
+  // a reload — SIGHUP or POST /admin/reload — re-reads it: edit it to rehearse routing changes.
+  const { configFile } = serverConfig(command);
+  const own = configFile ? (parseYaml(readFileSync(configFile, 'utf8')) ?? {}) : {};
+  const fleet = {
+    engines: {
+      'prefix-pool': engine('shared-prefix', prefixPool),
+      'unique-pool': engine('unique', uniquePool),
+      'long-context': engine('long-context', longContext, { max_concurrency: 4 }),
     },
-  });
+    personas: {
+      assistant: { model: MODEL, system: 'You are a helpful assistant.' },
+      support: { model: MODEL, system: SUPPORT_PREAMBLE, shared_preamble: true },
+    },
+  };
+  const dataDir = serverConfig(command).data_dir;
+  mkdirSync(dataDir, { recursive: true });
+  const devFile = path.join(dataDir, 'kiln.dev.yaml');
+  writeFileSync(devFile, stringifyYaml({ ...own, ...fleet }));
+  const config = loadConfig({ file: devFile });
   const { createLogger, startServer } = await import('../server.js');
   const logger: Logger = createLogger(config);
   const server = await startServer(config, logger);
@@ -68,6 +74,7 @@ async function startDev(command: Command, options: { simPort: number }): Promise
         (s, i) => `  ${i < 2 ? 'prefix-pool ' : i < 4 ? 'unique-pool ' : 'long-context'}  ${s.url}`,
       ),
       `Admin key: ${keyFile}`,
+      `Fleet config: ${devFile} (edit, then kill -HUP ${process.pid} or POST /admin/reload)`,
       '',
       'Try it:',
       `  export KILN_BASE_URL=${server.url} KILN_API_KEY=$(cat ${path.relative(process.cwd(), keyFile) || keyFile})`,
@@ -76,6 +83,11 @@ async function startDev(command: Command, options: { simPort: number }): Promise
       '',
     ].join('\n'),
   );
+  process.on('SIGHUP', () => {
+    server.runtime.reload().catch((error: unknown) => {
+      logger.error({ err: error }, 'reload failed; the running configuration stays in force');
+    });
+  });
   let stopping = false;
   const stop = async () => {
     if (stopping) return;

@@ -76,8 +76,14 @@ export const PersonaSchema = Type.Object(
 );
 
 export const FleetSchema = {
-  engines: Type.Record(Type.String({ pattern: NAME }), EngineSchema, { default: {} }),
-  personas: Type.Record(Type.String({ pattern: NAME }), PersonaSchema, { default: {} }),
+  engines: Type.Record(Type.String({ pattern: NAME }), EngineSchema, {
+    default: {},
+    additionalProperties: false,
+  }),
+  personas: Type.Record(Type.String({ pattern: NAME }), PersonaSchema, {
+    default: {},
+    additionalProperties: false,
+  }),
   routing: Type.Object(
     {
       long_context_tokens: Type.Integer({

@@ -72,6 +72,9 @@ function describeProblem(error: ErrorObject, sources: Map<string, string>): stri
   if (error.keyword === 'additionalProperties') {
     const extra = (error.params as { additionalProperty: string }).additionalProperty;
     const full = key ? `${key}.${extra}` : extra;
+    if ((error.parentSchema as { patternProperties?: unknown } | undefined)?.patternProperties) {
+      return `${full}: not a valid name; names are 1–64 characters of A-Z a-z 0-9 . _ -, starting with a letter or digit`;
+    }
     return `${full}: unknown key (known keys: ${configKeys()
       .map((k) => k.path.join('.'))
       .join(', ')})`;

@@ -66,7 +66,8 @@ export const ConfigSchema = Type.Object(
     jobs: Type.Object(
       {
         workers: Type.Integer({
-          default: 8,
+          // Jobs mostly wait on engines, so slots are cheap; too few would leave replicas idle.
+          default: 64,
           minimum: 0,
           maximum: 1024,
           description: 'jobs this process runs at once (0: this process only serves HTTP)',

@@ -36,6 +36,8 @@ export interface ChatChunk {
 /** One upstream endpoint of a pool. */
 export interface ReplicaTarget {
   readonly url: string;
+  /** Names the replica in error messages that reach callers, without revealing its address. */
+  readonly label: string;
   readonly apiKey: string | undefined;
   readonly timeoutMs: number;
   readonly connectTimeoutMs: number;

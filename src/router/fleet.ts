@@ -18,6 +18,8 @@ export class Replica implements ReplicaTarget {
   readonly connectTimeoutMs: number;
   readonly maxConcurrency: number;
   readonly healthPath: string;
+  /** How errors name the replica: the engine and its index, never its address. */
+  readonly label: string;
 
   constructor(
     readonly engine: string,
@@ -31,6 +33,7 @@ export class Replica implements ReplicaTarget {
     this.connectTimeoutMs = parseDuration(config.connect_timeout);
     this.maxConcurrency = config.max_concurrency;
     this.healthPath = config.health_path;
+    this.label = `${engine} replica ${index}`;
   }
 
   /** Up (by the last health check) and not ejected for repeated errors. */
@@ -134,9 +137,14 @@ export class Fleet {
     return this.replicas.some((r) => !r.config.overflow && model in r.config.models);
   }
 
-  /** Local replicas for the model: those of pools for this class, else of any pool that has the model. */
-  #local(model: string, requestClass: RequestClass): Replica[] {
-    const local = this.replicas.filter((r) => !r.config.overflow && model in r.config.models);
+  /**
+   * Local replicas for the model that are up and not excluded: those of the pools for this class,
+   * else — none configured, or all of them down — of any local pool that has the model.
+   */
+  #localUp(model: string, requestClass: RequestClass, exclude: ReadonlySet<Replica>): Replica[] {
+    const local = this.replicas.filter(
+      (r) => !r.config.overflow && model in r.config.models && r.available && !exclude.has(r),
+    );
     const pool = local.filter((r) => r.config.serves === requestClass);
     return pool.length > 0 ? pool : local;
   }
@@ -150,11 +158,10 @@ export class Fleet {
     const started = Date.now();
     const overflowAfter = this.config.routing.overflow_after_ms;
     const queueTimeout = parseDuration(this.config.routing.queue_timeout);
-    const local = this.#local(model, requestClass);
     const overflow = this.replicas.filter((r) => r.config.overflow && model in r.config.models);
     for (;;) {
       if (signal.aborted) throw signal.reason;
-      const up = local.filter((r) => r.available && !exclude.has(r));
+      const up = this.#localUp(model, requestClass, exclude);
       const waited = Date.now() - started;
       const free = up.filter((r) => r.hasRoom);
       if (free.length > 0) return this.#lease(this.#chooser.choose(free) as Replica, requestClass, false);

@@ -111,8 +111,12 @@ export class Router {
           error instanceof EngineError
             ? error
             : new EngineError(String((error as Error).message ?? error), 'broken', false);
+        if (call.signal.aborted) {
+          // The caller went away or cancelled: not the replica's fault.
+          lease.release('ok');
+          throw call.signal.reason ?? error;
+        }
         lease.release(failure);
-        if (call.signal.aborted) throw call.signal.reason ?? error;
         if (!failure.retryable || attempt >= MAX_TRIES) throw failure;
         lastFailure = failure;
         this.log.warn(

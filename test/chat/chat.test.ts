@@ -203,5 +203,23 @@ describe('chat completions against a simulated fleet', () => {
     expect(noMessages.status).toBe(400);
     const badRole = await post({ model: 'm', messages: [{ role: 'wizard', content: 'hi' }] });
     expect(badRole.status).toBe(400);
+    const hot = await post({
+      model: 'm',
+      temperature: 3,
+      top_p: 'high',
+      messages: [{ role: 'user', content: 'hi' }],
+    });
+    expect(hot.status).toBe(400);
+    expect(hot.body.error.details).toEqual(
+      expect.arrayContaining([
+        expect.objectContaining({
+          field: 'temperature',
+          rule: 'maximum',
+          message: 'temperature must be at most 2',
+        }),
+        expect.objectContaining({ field: 'top_p', rule: 'type', message: 'top_p must be a number or null' }),
+      ]),
+    );
+    expect(noMessages.body.error.details[0]).toMatchObject({ field: 'messages', rule: 'min_items' });
   });
 });

@@ -107,6 +107,23 @@ describe('chat under load and faults', () => {
     expect(sims[1]?.stats().requests).toBe(4);
   });
 
+  it('a stream that fails before any output is an HTTP error; after a retry the header names the replica that answered', async () => {
+    sims = await simPool(2);
+    await sims[0]?.setFault({ kind: 'refuse' });
+    await sims[1]?.setFault({ kind: 'error', status: 500, message: 'CUDA error' });
+    const server = await start({ engines: { local: engine('unique', sims) } });
+    const failed = await chat(server, { stream: true });
+    expect(failed.status).toBe(502);
+    expect(failed.body.error.code).toBe('inference-failed');
+    expect(failed.body.error.message).not.toMatch(/127\.0\.0\.1/);
+
+    await sims[1]?.setFault(undefined);
+    const ok = await chat(server, { stream: true, max_tokens: 3 });
+    expect(ok.status).toBe(200);
+    expect(ok.headers.get('x-kiln-route')).toMatch(/replica=1/);
+    expect(String(ok.body)).toMatch(/data: \[DONE\]/);
+  });
+
   it('a hanging replica times out: 504 engine-timeout, the job ends timeout', async () => {
     sims = await simPool(1);
     await sims[0]?.setFault({ kind: 'hang' });

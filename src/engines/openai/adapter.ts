@@ -37,15 +37,15 @@ function asEngineError(error: unknown, replica: ReplicaTarget, beforeOutput: boo
     code === 'UND_ERR_CONNECT_TIMEOUT'
   ) {
     return new EngineError(
-      `${replica.url} did not answer within ${replica.timeoutMs} ms`,
+      `${replica.label} did not answer within ${replica.timeoutMs} ms`,
       'timeout',
       beforeOutput,
     );
   }
   if (code === 'ECONNREFUSED' || code === 'ENOTFOUND' || code === 'EHOSTUNREACH') {
-    return new EngineError(`cannot connect to ${replica.url}: ${code}`, 'unavailable', beforeOutput);
+    return new EngineError(`cannot connect to ${replica.label}: ${code}`, 'unavailable', beforeOutput);
   }
-  return new EngineError(`${replica.url} broke off the answer: ${code || message}`, 'broken', beforeOutput);
+  return new EngineError(`${replica.label} broke off the answer: ${code || message}`, 'broken', beforeOutput);
 }
 
 /**
@@ -102,7 +102,7 @@ export class OpenAICompatibleAdapter implements EngineAdapter {
     }
     if (response.statusCode >= 400) {
       const text = await response.body.text().catch(() => '');
-      const message = `${replica.url} answered ${response.statusCode}: ${upstreamMessage(text)}`;
+      const message = `${replica.label} answered ${response.statusCode}: ${upstreamMessage(text)}`;
       const kind = response.statusCode >= 500 || response.statusCode === 429 ? 'unavailable' : 'rejected';
       throw new EngineError(message, kind, true, response.statusCode);
     }
@@ -124,7 +124,11 @@ export class OpenAICompatibleAdapter implements EngineAdapter {
         }
         const chunk = JSON.parse(data) as ChatChunk & { error?: { message?: string } };
         if (chunk.error)
-          throw new EngineError(`${replica.url} failed mid-answer: ${chunk.error.message}`, 'broken', !sent);
+          throw new EngineError(
+            `${replica.label} failed mid-answer: ${chunk.error.message}`,
+            'broken',
+            !sent,
+          );
         assembler.add(chunk);
         call.onChunk?.(chunk);
         sent = true;
@@ -132,7 +136,7 @@ export class OpenAICompatibleAdapter implements EngineAdapter {
     } catch (error) {
       throw asEngineError(error, replica, !sent);
     }
-    if (!done) throw new EngineError(`${replica.url} ended the stream before [DONE]`, 'broken', !sent);
+    if (!done) throw new EngineError(`${replica.label} ended the stream before [DONE]`, 'broken', !sent);
     return assembler.result();
   }
 
