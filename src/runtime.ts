@@ -101,12 +101,14 @@ export async function createRuntime(
         logger.child({ component: 'webhooks' }),
       );
       await worker.start();
+      jobs.attachLocalWorker(worker);
       sweeper.start();
       await sweeper.sweep();
       await deliverer.start();
       background.push(worker, sweeper, deliverer);
     },
     async close() {
+      jobs.attachLocalWorker(undefined);
       for (const part of background.reverse()) await part.stop();
       await jobs.stop();
       await router.retire(5000);

@@ -50,7 +50,7 @@ export async function streamJob(
       };
     });
     if (first.t === 'done') {
-      const job = (await jobs.store.jobs.byId(id)) as JobRow;
+      const job = first.job ?? ((await jobs.store.jobs.byId(id)) as JobRow);
       if (job.status !== 'completed') throw jobError(job, jobs.poll(job));
     }
 
@@ -72,7 +72,7 @@ export async function streamJob(
       const write = (event: JobEvent) => {
         if (event.t === 'part') raw.write(`data: ${JSON.stringify(event.data)}\n\n`);
         if (event.t !== 'done') return;
-        void jobs.store.jobs.byId(id).then((job) => {
+        void (event.job ? Promise.resolve(event.job) : jobs.store.jobs.byId(id)).then((job) => {
           finished = true;
           if (job?.status === 'completed') raw.write('data: [DONE]\n\n');
           else if (job)

@@ -1,9 +1,10 @@
 import { EventEmitter } from 'node:events';
-import type { SqlDriver } from '../store/index.js';
+import type { JobRow, SqlDriver } from '../store/index.js';
 
 /** What processes tell each other about jobs. Partial output travels here too, never through the store. */
 export type JobEvent =
-  | { t: 'done'; id: string }
+  /** `job` travels only within the process that finished it; other processes read the store. */
+  | { t: 'done'; id: string; job?: JobRow }
   | { t: 'cancel'; id: string }
   | { t: 'part'; id: string; data: unknown }
   | { t: 'meta'; id: string; meta: Record<string, unknown> }
@@ -44,9 +45,11 @@ export class JobEvents {
    */
   publish(event: JobEvent): Promise<void> {
     this.#emit(event);
+    if (!this.driver.dialect.sharedAcrossProcesses) return Promise.resolve();
+    const shared = event.t === 'done' ? { t: 'done', id: event.id } : event;
     // Best effort across processes: waiters also re-read the store, so a lost notification only delays.
     return this.driver
-      .notify('kiln_job_events', JSON.stringify({ o: ORIGIN, e: event }))
+      .notify('kiln_job_events', JSON.stringify({ o: ORIGIN, e: shared }))
       .catch(() => undefined);
   }
 

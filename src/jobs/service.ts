@@ -2,6 +2,7 @@ import { createHash } from 'node:crypto';
 import { KilnError, notFound } from '../errors.js';
 import { uuidv7 } from '../ids.js';
 import type { FinishGuard, JobMode, JobOutcome, JobRow, JobStatus, Store } from '../store/index.js';
+import type { NewJob } from '../store/repos/jobs.js';
 import { TERMINAL_STATUSES } from '../store/types.js';
 import { type JobEvent, JobEvents } from './events.js';
 import type { JobKind, KindRegistry } from './kinds.js';
@@ -40,6 +41,20 @@ function canonical(value: unknown): string {
 
 export const isTerminal = (status: JobStatus) => TERMINAL_STATUSES.includes(status);
 
+/** A slot on a worker of this process, reserved before the job exists. */
+export interface LocalSlot {
+  owner: string;
+  leaseMs: number;
+  /** Runs the job, inserted already leased to `owner`. */
+  run(job: JobRow): void;
+  /** Gives the slot back unused (the insert failed). */
+  release(): void;
+}
+
+export interface LocalWorker {
+  reserve(): LocalSlot | undefined;
+}
+
 /** Raised inside the submit transaction when a concurrent twin bound the idempotency key first. */
 class LostIdempotencyRace extends Error {}
 
@@ -49,6 +64,7 @@ class LostIdempotencyRace extends Error {}
  */
 export class JobService {
   readonly events: JobEvents;
+  #localWorker: LocalWorker | undefined;
 
   constructor(
     readonly store: Store,
@@ -72,16 +88,18 @@ export class JobService {
    */
   async submit(submission: Submission): Promise<{ job: JobRow; replayed: boolean }> {
     const { kind, orgId, idempotencyKey } = submission;
-    const requestHash = createHash('sha256')
-      .update(
-        canonical({
-          kind: kind.name,
-          mode: submission.mode,
-          request: submission.request,
-          webhook: submission.webhook,
-        }),
-      )
-      .digest('hex');
+    const requestHash = idempotencyKey
+      ? createHash('sha256')
+          .update(
+            canonical({
+              kind: kind.name,
+              mode: submission.mode,
+              request: submission.request,
+              webhook: submission.webhook,
+            }),
+          )
+          .digest('hex')
+      : '';
 
     for (let attempt = 0; attempt < 3; attempt++) {
       const now = Date.now();
@@ -91,33 +109,39 @@ export class JobService {
         if (existing) return { job: await this.#replay(orgId, existing, requestHash), replayed: true };
       }
       const id = submission.id ?? uuidv7(now);
+      // A request waiting on its answer runs at once on a free worker of this process: no queue
+      // round trip. Its lease is as real as a claimed one, so a crash still hands it back.
+      const slot = submission.mode === 'async' ? undefined : this.#localWorker?.reserve();
+      const row: NewJob = {
+        id,
+        org_id: orgId,
+        key_id: submission.keyId,
+        kind: kind.name,
+        mode: submission.mode,
+        request: JSON.stringify(submission.request),
+        max_attempts: this.settings.maxAttempts,
+        queue_deadline: now + kind.queueTtlMs,
+        run_limit_ms: kind.runLimitMs,
+        created_at: now,
+        webhook_url: submission.webhook?.url ?? null,
+        webhook_secret: submission.webhook?.secret ?? null,
+        ...(slot ? { lease: { owner: slot.owner, until: now + slot.leaseMs } } : {}),
+      };
       try {
-        const job = await this.store.transaction(async (tx) => {
-          await tx.jobs.insert({
-            id,
-            org_id: orgId,
-            key_id: submission.keyId,
-            kind: kind.name,
-            mode: submission.mode,
-            request: JSON.stringify(submission.request),
-            max_attempts: this.settings.maxAttempts,
-            queue_deadline: now + kind.queueTtlMs,
-            run_limit_ms: kind.runLimitMs,
-            created_at: now,
-            webhook_url: submission.webhook?.url ?? null,
-            webhook_secret: submission.webhook?.secret ?? null,
-          });
-          if (
-            idempotencyKey &&
-            !(await tx.idempotency.bind(orgId, idempotencyKey, requestHash, id, now, since))
-          ) {
-            throw new LostIdempotencyRace();
-          }
-          return (await tx.jobs.byId(id)) as JobRow;
-        });
-        await this.store.driver.notify('kiln_jobs', kind.name);
+        const job = idempotencyKey
+          ? await this.store.transaction(async (tx) => {
+              const inserted = await tx.jobs.insert(row);
+              if (!(await tx.idempotency.bind(orgId, idempotencyKey, requestHash, id, now, since))) {
+                throw new LostIdempotencyRace();
+              }
+              return inserted;
+            })
+          : await this.store.jobs.insert(row);
+        if (slot) slot.run(job);
+        else await this.store.driver.notify('kiln_jobs', kind.name);
         return { job, replayed: false };
       } catch (error) {
+        slot?.release();
         if (!(error instanceof LostIdempotencyRace)) throw error;
       }
     }
@@ -125,6 +149,11 @@ export class JobService {
       'idempotency-key-in-progress',
       'another request with this Idempotency-Key is being handled; retry shortly',
     );
+  }
+
+  /** The worker of this process that takes sync and stream jobs directly, when it has room. */
+  attachLocalWorker(worker: LocalWorker | undefined): void {
+    this.#localWorker = worker;
   }
 
   async #replay(
@@ -208,7 +237,7 @@ export class JobService {
       return row;
     });
     if (job) {
-      await this.events.publish({ t: 'done', id });
+      await this.events.publish({ t: 'done', id, job });
       if (job.webhook_url) await this.store.driver.notify('kiln_webhooks', id);
     }
     return job;
@@ -222,16 +251,21 @@ export class JobService {
   async waitForTerminal(id: string, timeoutMs: number, onEvent?: (event: JobEvent) => void): Promise<JobRow> {
     const deadline = Date.now() + timeoutMs;
     let wake: () => void = () => undefined;
+    let finished: JobRow | undefined;
     const off = this.events.on(id, (event) => {
       onEvent?.(event);
-      if (event.t === 'done') wake();
+      if (event.t === 'done') {
+        finished = event.job;
+        wake();
+      }
     });
     try {
       for (;;) {
         const woken = new Promise<void>((resolve) => {
           wake = resolve;
         });
-        const job = (await this.store.jobs.byId(id)) as JobRow;
+        // A finish in this process hands over the row; from elsewhere, read it.
+        const job = finished ?? ((await this.store.jobs.byId(id)) as JobRow);
         const left = deadline - Date.now();
         if (isTerminal(job.status) || left <= 0) return job;
         let timer: NodeJS.Timeout | undefined;

@@ -3,7 +3,7 @@ import type { Logger } from 'pino';
 import { randomBase62 } from '../ids.js';
 import type { JobOutcome, JobRow } from '../store/index.js';
 import { JobFailure, type RunContext } from './kinds.js';
-import type { JobService } from './service.js';
+import type { JobService, LocalSlot } from './service.js';
 
 export interface WorkerOptions {
   /** Jobs run at once. */
@@ -30,6 +30,8 @@ export class Worker {
   readonly owner = `${hostname()}:${process.pid}:${randomBase62(6)}`;
   readonly #running = new Map<string, Running>();
   #stopping = false;
+  /** Slots promised to jobs being inserted for this worker. */
+  #reserved = 0;
   #wake: () => void = () => undefined;
   #loop: Promise<void> | undefined;
   #renewTimer: NodeJS.Timeout | undefined;
@@ -40,6 +42,32 @@ export class Worker {
     private readonly options: WorkerOptions,
     private readonly log: Logger,
   ) {}
+
+  /**
+   * A slot for a job that will be inserted already leased to this worker (see JobService.submit),
+   * or undefined when every slot is taken.
+   */
+  reserve(): LocalSlot | undefined {
+    if (this.#stopping || this.#running.size + this.#reserved >= this.options.concurrency) return undefined;
+    this.#reserved++;
+    let used = false;
+    const done = () => {
+      if (used) return false;
+      used = true;
+      this.#reserved--;
+      return true;
+    };
+    return {
+      owner: this.owner,
+      leaseMs: this.options.leaseMs,
+      run: (job) => {
+        if (done()) this.#start(job);
+      },
+      release: () => {
+        if (done()) this.#wake();
+      },
+    };
+  }
 
   async start(): Promise<void> {
     const { store, events } = this.jobs;
@@ -80,7 +108,7 @@ export class Worker {
         this.#wake = resolve;
       });
       try {
-        while (!this.#stopping && this.#running.size < this.options.concurrency) {
+        while (!this.#stopping && this.#running.size + this.#reserved < this.options.concurrency) {
           const now = Date.now();
           const job = await this.jobs.store.jobs.claimNext(
             this.owner,
@@ -137,6 +165,7 @@ export class Worker {
       () => controller.abort('run-limit' satisfies StopReason),
       Math.max(0, (job.run_deadline ?? Date.now()) - Date.now()),
     );
+    const recorded: Record<string, unknown> = {};
     const context: RunContext<unknown> = {
       publicId: `${kind.idPrefix}${job.id}`,
       id: job.id,
@@ -151,9 +180,9 @@ export class Worker {
       },
       publish: (data) => this.jobs.events.publish({ t: 'part', id: job.id, data }),
       record: async (meta) => {
-        // Waiting requests first (a stream's headers carry the route), then the store.
+        // Waiting requests hear it now (a stream's headers carry the route); the store gets it with the outcome.
+        Object.assign(recorded, meta);
         await this.jobs.events.publish({ t: 'meta', id: job.id, meta });
-        await this.jobs.store.jobs.setMeta(job.id, this.owner, job.attempts, meta);
       },
     };
     // Decide the outcome first and record it once, so a store error while recording is never
@@ -193,7 +222,11 @@ export class Worker {
       clearTimeout(limit);
     }
     if (!outcome) return;
-    await this.jobs.finish(job.id, guard, outcome);
+    await this.jobs.finish(
+      job.id,
+      guard,
+      Object.keys(recorded).length > 0 ? { ...outcome, meta: recorded } : outcome,
+    );
     if (outcome.status === 'completed') log.debug('job completed');
     else log.info({ status: outcome.status, code: outcome.error?.code }, 'job did not complete');
   }

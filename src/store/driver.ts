@@ -18,6 +18,8 @@ export interface Dialect {
   readonly migrationLock: string | undefined;
   /** Suffix of a row-claiming SELECT: skip rows another transaction holds (empty where writers are serial). */
   readonly skipLocked: string;
+  /** Whether other processes share the database (and so need notifications): PostgreSQL yes, SQLite no. */
+  readonly sharedAcrossProcesses: boolean;
 }
 
 /** Channels processes use to wake each other: new work, finished jobs, cancellations, partial output. */

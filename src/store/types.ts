@@ -85,6 +85,8 @@ export interface JobOutcome {
   result?: unknown;
   error?: { code: string; message: string; details?: unknown };
   usage?: { inputUnits?: number; outputUnits?: number };
+  /** Facts about the run kept with the job (a chat's route). */
+  meta?: Record<string, unknown>;
 }
 
 export interface UsageSummary {

@@ -7,6 +7,7 @@ const dialect: Dialect = {
   // Any constant works; it only has to be the same in every Kiln process.
   migrationLock: 'SELECT pg_advisory_xact_lock(4242100)',
   skipLocked: ' FOR UPDATE SKIP LOCKED',
+  sharedAcrossProcesses: true,
 };
 
 const INT8_OID = 20;

@@ -36,7 +36,10 @@ export type NewJob = Pick<
   | 'created_at'
   | 'webhook_url'
   | 'webhook_secret'
->;
+> & {
+  /** Set to insert the job already claimed by a worker of this process (sync and stream requests). */
+  lease?: { owner: string; until: number };
+};
 
 /** The queue's statements, one method each; every change to a running job names its lease holder. */
 export class JobRepository {
@@ -45,16 +48,21 @@ export class JobRepository {
     private readonly dialect: Dialect,
   ) {}
 
-  async insert(job: NewJob): Promise<void> {
-    await this.db.run(
-      `INSERT INTO jobs (id, org_id, key_id, kind, mode, status, request, max_attempts, queue_deadline, run_limit_ms, created_at, webhook_url, webhook_secret)
-       VALUES (?, ?, ?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?)`,
+  /** Inserts the job, queued — or running, claimed by `job.lease`'s owner as its first attempt. */
+  async insert(job: NewJob): Promise<JobRow> {
+    const lease = job.lease;
+    return (await this.db.get<JobRow>(
+      `INSERT INTO jobs (id, org_id, key_id, kind, mode, status, request, max_attempts, queue_deadline, run_limit_ms,
+         created_at, webhook_url, webhook_secret, lease_owner, lease_expires_at, attempts, started_at, run_deadline)
+       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+       RETURNING *`,
       [
         job.id,
         job.org_id,
         job.key_id,
         job.kind,
         job.mode,
+        lease ? 'running' : 'queued',
         job.request,
         job.max_attempts,
         job.queue_deadline,
@@ -62,8 +70,13 @@ export class JobRepository {
         job.created_at,
         job.webhook_url,
         job.webhook_secret,
+        lease?.owner ?? null,
+        lease?.until ?? null,
+        lease ? 1 : 0,
+        lease ? job.created_at : null,
+        lease ? job.created_at + job.run_limit_ms : null,
       ],
-    );
+    )) as JobRow;
   }
 
   /** Takes the oldest queued job of these kinds for `owner` until `leaseUntil`; undefined when none is waiting. */
@@ -121,13 +134,6 @@ export class JobRepository {
     );
   }
 
-  async setMeta(id: string, owner: string, attempt: number, meta: Record<string, unknown>): Promise<void> {
-    await this.db.run(
-      `UPDATE jobs SET meta = ? WHERE id = ? AND status = 'running' AND lease_owner = ? AND attempts = ?`,
-      [JSON.stringify(meta), id, owner, attempt],
-    );
-  }
-
   /** Makes the job terminal if `guard` still holds; answers the terminal row, or undefined if another party won. */
   async finish(
     id: string,
@@ -138,7 +144,7 @@ export class JobRepository {
   ): Promise<JobRow | undefined> {
     return this.db.get<JobRow>(
       `UPDATE jobs SET status = ?, result = ?, error_code = ?, error_message = ?, error_details = ?,
-         finished_at = ?, expires_at = ?, lease_owner = NULL, lease_expires_at = NULL,
+         finished_at = ?, expires_at = ?, lease_owner = NULL, lease_expires_at = NULL, meta = COALESCE(?, meta),
          progress = CASE WHEN ? = 'completed' THEN 1 ELSE progress END
        WHERE id = ? AND ${GUARDS[guard.by]}
        RETURNING *`,
@@ -150,6 +156,7 @@ export class JobRepository {
         json(outcome.error?.details),
         now,
         now + retentionMs,
+        json(outcome.meta),
         outcome.status,
         id,
         ...guardValues(guard),

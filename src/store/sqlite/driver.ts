@@ -3,6 +3,7 @@ import { mkdirSync } from 'node:fs';
 import path from 'node:path';
 import Database from 'better-sqlite3';
 import type { Channel, Dialect, SqlDriver, SqlExecutor } from '../driver.js';
+import { type Checkpointer, startCheckpointer } from './checkpointer.js';
 
 const dialect: Dialect = {
   name: 'sqlite',
@@ -10,6 +11,7 @@ const dialect: Dialect = {
   migrationLock: undefined,
   // One connection writes at a time (BEGIN IMMEDIATE), so a claim can never race another.
   skipLocked: '',
+  sharedAcrossProcesses: false,
 };
 
 /**
@@ -22,6 +24,7 @@ export class SqliteDriver implements SqlDriver {
   readonly #statements = new Map<string, Database.Statement>();
   #queue: Promise<unknown> = Promise.resolve();
   #inTransaction = false;
+  #checkpointer: Checkpointer | undefined;
   /** SQLite's store belongs to one process, so its notifications never need to leave it. */
   readonly #events = new EventEmitter().setMaxListeners(0);
 
@@ -32,6 +35,11 @@ export class SqliteDriver implements SqlDriver {
     this.#db.pragma('busy_timeout = 5000');
     this.#db.pragma('foreign_keys = ON');
     this.#db.pragma('synchronous = NORMAL');
+    if (file !== ':memory:') {
+      // Checkpoints happen on a thread of their own, never inside a request's COMMIT.
+      this.#db.pragma('wal_autocheckpoint = 0');
+      this.#checkpointer = startCheckpointer(file);
+    }
   }
 
   #prepare(sql: string): Database.Statement {
@@ -113,6 +121,7 @@ export class SqliteDriver implements SqlDriver {
 
   async close(): Promise<void> {
     await this.#queue;
+    await this.#checkpointer?.stop();
     this.#db.close();
   }
 }

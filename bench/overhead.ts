@@ -1,0 +1,667 @@
+/**
+ * Gateway overhead: the same fixed chat-completions load (non-stream and stream) sent straight to a
+ * canned OpenAI-compatible upstream, through Kiln, and through the Portkey gateway, each in a process
+ * of its own. Reports requests/s and p50/p99 latency per target, and what each gateway adds over the
+ * direct path. Run with `npm run bench:overhead`; writes the `overhead` section of docs/benchmarks.md.
+ *
+ * Environment: BENCH_REQUESTS (3000 per case), BENCH_WARMUP (300), BENCH_CONCURRENCY (32),
+ * BENCH_ROUNDS (3: each case's requests are split into rounds, interleaved across the targets, then
+ * pooled), BENCH_UNLOADED (500 requests one at a time per case afterwards; 0 skips that pass),
+ * BENCH_KILN_WORKERS (64), BENCH_KILN_STORE_URL (diagnostic, e.g. sqlite::memory:; default a fresh
+ * SQLite file), BENCH_PROFILE=1 (Kiln under --cpu-prof, loaded pass only: prints where its time goes
+ * and writes no section, as the profiler slows it).
+ */
+import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { loadavg, tmpdir } from 'node:os';
+import path from 'node:path';
+import { Pool } from 'undici';
+import { machine, summarise, writeSection } from './lib.js';
+
+const TOTAL = Number(process.env.BENCH_REQUESTS ?? 3000);
+const WARMUP = Number(process.env.BENCH_WARMUP ?? 300);
+const CONCURRENCY = Number(process.env.BENCH_CONCURRENCY ?? 32);
+const KILN_WORKERS = Number(process.env.BENCH_KILN_WORKERS ?? 64);
+const UNLOADED = Number(process.env.BENCH_UNLOADED ?? 500);
+const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
+const PROFILE = process.env.BENCH_PROFILE === '1';
+/** Diagnostic: another store for Kiln (e.g. `sqlite::memory:` to tell disk from SQLite's own cost). */
+const KILN_STORE_URL = process.env.BENCH_KILN_STORE_URL ?? '';
+const KILN_LOG_LEVEL = 'warn';
+
+const root = path.join(import.meta.dirname, '..');
+const MODEL = 'bench-model';
+/** What the canned upstream answers; every response, through every target, must carry exactly this. */
+const EXPECTED = 'Hello from the canned upstream.';
+
+// ---------------------------------------------------------------------------------------------------
+// Child processes: each target in its own process, all killed when this one ends, however it ends.
+
+const children = new Set<ChildProcess>();
+const scratch: string[] = [];
+
+function killAll(): void {
+  for (const child of children)
+    if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+  for (const dir of scratch) rmSync(dir, { recursive: true, force: true });
+}
+process.on('exit', killAll);
+for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) {
+  process.on(signal, () => {
+    killAll();
+    process.exit(130);
+  });
+}
+
+/** The environment without the caller's KILN_* settings, so the bench's configuration is the one in force. */
+function cleanEnv(extra: Record<string, string>): NodeJS.ProcessEnv {
+  const env: NodeJS.ProcessEnv = {};
+  for (const [key, value] of Object.entries(process.env)) if (!key.startsWith('KILN_')) env[key] = value;
+  return { ...env, ...extra };
+}
+
+interface Child {
+  name: string;
+  process: ChildProcess;
+  /** The end of what it wrote, for the error when it dies. */
+  output(): string;
+  stop(): Promise<void>;
+}
+
+function start(name: string, args: string[], env: Record<string, string>): Child {
+  const child = spawn(process.execPath, args, {
+    cwd: root,
+    env: cleanEnv(env),
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  children.add(child);
+  let tail = '';
+  const keep = (chunk: Buffer) => {
+    tail = (tail + chunk.toString()).slice(-4000);
+  };
+  child.stdout?.on('data', keep);
+  child.stderr?.on('data', keep);
+  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  return {
+    name,
+    process: child,
+    output: () => tail,
+    async stop() {
+      if (child.exitCode !== null || child.signalCode !== null) return;
+      child.kill('SIGTERM');
+      const timer = setTimeout(() => child.kill('SIGKILL'), 15_000);
+      await exited;
+      clearTimeout(timer);
+      children.delete(child);
+    },
+  };
+}
+
+/** Polls `url` until it answers 200; fails when the child exits first or after 30 s. */
+async function ready(child: Child, url: string): Promise<void> {
+  const deadline = Date.now() + 30_000;
+  for (;;) {
+    if (child.process.exitCode !== null || child.process.signalCode !== null) {
+      throw new Error(`${child.name} exited before it was ready:\n${child.output()}`);
+    }
+    try {
+      const response = await fetch(url, { signal: AbortSignal.timeout(1000) });
+      await response.arrayBuffer();
+      if (response.status === 200) return;
+    } catch {}
+    if (Date.now() > deadline)
+      throw new Error(`${child.name} not ready at ${url} after 30 s:\n${child.output()}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const address = server.address();
+      const port = typeof address === 'object' && address ? address.port : 0;
+      server.close(() => resolve(port));
+    });
+  });
+}
+
+// ---------------------------------------------------------------------------------------------------
+// The load: unique prompts, one body shape for every target; every response checked.
+
+interface Target {
+  name: string;
+  origin: string;
+  headers: Record<string, string>;
+}
+
+interface Sample {
+  ms: number;
+  /** Stream: time to the first body bytes. */
+  firstMs: number;
+}
+
+function verifyCompletion(text: string): void {
+  const body = JSON.parse(text) as { object?: string; choices?: Array<{ message?: { content?: string } }> };
+  if (body.object !== 'chat.completion') throw new Error(`object is ${body.object}`);
+  const content = body.choices?.[0]?.message?.content;
+  if (content !== EXPECTED) throw new Error(`content is ${JSON.stringify(content)}`);
+}
+
+function verifyStream(text: string): void {
+  const events = text.split('\n\n').filter((e) => e.trim() !== '');
+  if (events.at(-1)?.trim() !== 'data: [DONE]') throw new Error('stream does not end with data: [DONE]');
+  let content = '';
+  let usage = false;
+  for (const event of events.slice(0, -1)) {
+    if (!event.startsWith('data: ')) throw new Error(`not a data event: ${event.slice(0, 80)}`);
+    const chunk = JSON.parse(event.slice(6)) as {
+      object?: string;
+      choices?: Array<{ delta?: { content?: string } }>;
+      usage?: { total_tokens?: number };
+    };
+    if (chunk.object !== 'chat.completion.chunk') throw new Error(`chunk object is ${chunk.object}`);
+    for (const choice of chunk.choices ?? []) content += choice.delta?.content ?? '';
+    if (typeof chunk.usage?.total_tokens === 'number') usage = true;
+  }
+  if (content !== EXPECTED) throw new Error(`streamed content is ${JSON.stringify(content)}`);
+  if (!usage) throw new Error('no usage chunk though stream_options.include_usage was asked');
+}
+
+async function once(pool: Pool, target: Target, stream: boolean, tag: string): Promise<Sample> {
+  const body = JSON.stringify({
+    model: MODEL,
+    messages: [{ role: 'user', content: `${tag}: reply with a short greeting.` }],
+    max_tokens: 16,
+    ...(stream ? { stream: true, stream_options: { include_usage: true } } : {}),
+  });
+  const t0 = performance.now();
+  const response = await pool.request({
+    method: 'POST',
+    path: '/v1/chat/completions',
+    headers: target.headers,
+    body,
+  });
+  if (response.statusCode !== 200) {
+    const text = await response.body.text().catch(() => '');
+    throw new Error(`status ${response.statusCode}: ${text.slice(0, 200)}`);
+  }
+  if (!stream) {
+    const text = await response.body.text();
+    const ms = performance.now() - t0;
+    verifyCompletion(text);
+    return { ms, firstMs: ms };
+  }
+  let firstMs = 0;
+  let doneMs = 0;
+  const parts: Buffer[] = [];
+  for await (const part of response.body as AsyncIterable<Buffer>) {
+    const now = performance.now() - t0;
+    if (parts.length === 0) firstMs = now;
+    parts.push(part);
+    if (!doneMs && part.includes('data: [DONE]')) doneMs = now;
+  }
+  const ms = doneMs || performance.now() - t0;
+  verifyStream(Buffer.concat(parts).toString('utf8'));
+  return { ms, firstMs };
+}
+
+/** CPU time (user + system) a process has used so far, in ms; undefined where /proc is not there. */
+const TICK_MS = (() => {
+  try {
+    return 1000 / Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).trim());
+  } catch {
+    return 10;
+  }
+})();
+function cpuMs(pid: number | undefined): number | undefined {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    return (Number(fields[11]) + Number(fields[12])) * TICK_MS;
+  } catch {
+    return undefined;
+  }
+}
+
+/** What one stretch of load measured: raw samples, so interleaved rounds can be pooled. */
+interface Batch {
+  ms: number[];
+  first: number[];
+  errors: Map<string, number>;
+  seconds: number;
+  /** CPU time the target's process used meanwhile; undefined without /proc. */
+  cpu: number | undefined;
+}
+
+async function drive(
+  total: number,
+  concurrency: number,
+  pid: number | undefined,
+  request: (i: number) => Promise<Sample>,
+  offset = 0,
+): Promise<Batch> {
+  const batch: Batch = { ms: [], first: [], errors: new Map(), seconds: 0, cpu: undefined };
+  let next = 0;
+  const cpuBefore = cpuMs(pid);
+  const started = performance.now();
+  await Promise.all(
+    Array.from({ length: concurrency }, async () => {
+      while (next < total) {
+        const i = offset + next++;
+        try {
+          const sample = await request(i);
+          batch.ms.push(sample.ms);
+          batch.first.push(sample.firstMs);
+        } catch (error) {
+          const message = String((error as Error).message ?? error).slice(0, 200);
+          batch.errors.set(message, (batch.errors.get(message) ?? 0) + 1);
+        }
+      }
+    }),
+  );
+  batch.seconds = (performance.now() - started) / 1000;
+  const cpuAfter = cpuMs(pid);
+  if (cpuBefore !== undefined && cpuAfter !== undefined) batch.cpu = cpuAfter - cpuBefore;
+  return batch;
+}
+
+interface CaseResult {
+  rps: number;
+  p50: number;
+  p99: number;
+  firstP50: number;
+  ok: number;
+  errors: Map<string, number>;
+  /** CPU time of the target's process (the upstream for direct) per successful request. */
+  cpuPerRequest: number | undefined;
+}
+
+/** Pools a target's rounds: percentiles over every sample, requests/s over the time under load. */
+function pool(batches: Batch[]): CaseResult {
+  const ms = batches.flatMap((b) => b.ms);
+  const first = batches.flatMap((b) => b.first);
+  const errors = new Map<string, number>();
+  for (const b of batches) for (const [m, n] of b.errors) errors.set(m, (errors.get(m) ?? 0) + n);
+  const seconds = batches.reduce((s, b) => s + b.seconds, 0);
+  const cpus = batches.map((b) => b.cpu);
+  const latency = ms.length > 0 ? summarise(ms) : { median: Number.NaN, p99: Number.NaN };
+  return {
+    rps: ms.length / seconds,
+    p50: latency.median,
+    p99: latency.p99,
+    firstP50: first.length > 0 ? summarise(first).median : Number.NaN,
+    ok: ms.length,
+    errors,
+    cpuPerRequest:
+      ms.length > 0 && cpus.every((c) => c !== undefined)
+        ? cpus.reduce((s: number, c) => s + (c as number), 0) / ms.length
+        : undefined,
+  };
+}
+
+// ---------------------------------------------------------------------------------------------------
+// CPU profile summary (BENCH_PROFILE=1): where the Kiln process spends its non-idle time.
+
+interface ProfileNode {
+  id: number;
+  callFrame: { functionName: string; url: string; lineNumber: number };
+  children?: number[];
+}
+
+function summariseProfile(file: string, top = 25): string {
+  const profile = JSON.parse(readFileSync(file, 'utf8')) as {
+    nodes: ProfileNode[];
+    samples: number[];
+    timeDeltas: number[];
+  };
+  const byId = new Map(profile.nodes.map((n) => [n.id, n]));
+  const parent = new Map<number, number>();
+  for (const node of profile.nodes) for (const child of node.children ?? []) parent.set(child, node.id);
+  const self = new Map<number, number>();
+  profile.samples.forEach((id, i) => {
+    self.set(id, (self.get(id) ?? 0) + (profile.timeDeltas[i] ?? 0));
+  });
+  const where = (node: ProfileNode) => {
+    const { functionName, url, lineNumber } = node.callFrame;
+    const short = url.replace(/^.*\/(dist|node_modules)\//, '$1/');
+    return `${functionName || '(anonymous)'}${short ? ` ${short}:${lineNumber + 1}` : ''}`;
+  };
+  const group = (url: string, functionName: string) => {
+    if (url.includes('better-sqlite3') || url.includes('/dist/store/sqlite/'))
+      return 'SQLite (better-sqlite3 + driver)';
+    if (url.includes('node_modules/')) {
+      const rest = url.split('node_modules/').pop() ?? '';
+      return rest
+        .split('/')
+        .slice(0, rest.startsWith('@') ? 2 : 1)
+        .join('/');
+    }
+    if (url.includes('/dist/')) return `kiln ${url.split('/dist/')[1]?.split('/')[0] ?? ''}`;
+    if (url.startsWith('node:')) return 'Node core (JS)';
+    return functionName.startsWith('(') ? functionName : 'native (syscalls, natives)';
+  };
+  let busy = 0;
+  const perFunction = new Map<string, number>();
+  const perGroup = new Map<string, number>();
+  const sqlByCaller = new Map<string, number>();
+  for (const [id, us] of self) {
+    const node = byId.get(id) as ProfileNode;
+    if (node.callFrame.functionName === '(idle)' || node.callFrame.functionName === '(program)') continue;
+    busy += us;
+    const key = where(node);
+    perFunction.set(key, (perFunction.get(key) ?? 0) + us);
+    const g = group(node.callFrame.url, node.callFrame.functionName);
+    perGroup.set(g, (perGroup.get(g) ?? 0) + us);
+    if (g.startsWith('SQLite')) {
+      // The store method above the SQLite call; a transaction's BEGIN/COMMIT has none (async boundary).
+      let caller = 'BEGIN IMMEDIATE / COMMIT of store.transaction()';
+      for (let at = parent.get(id); at !== undefined; at = parent.get(at)) {
+        const up = byId.get(at) as ProfileNode;
+        if (up.callFrame.url.includes('/dist/store/repos/')) {
+          caller = where(up);
+          break;
+        }
+      }
+      if (caller.startsWith('BEGIN') && !node.callFrame.url.includes('better-sqlite3')) caller = '(other)';
+      sqlByCaller.set(caller, (sqlByCaller.get(caller) ?? 0) + us);
+    }
+  }
+  const pct = (us: number) => `${((100 * us) / busy).toFixed(1).padStart(5)} %`;
+  const sorted = (m: Map<string, number>, n: number) => [...m].sort((a, b) => b[1] - a[1]).slice(0, n);
+  const lines = [
+    `Kiln CPU profile: ${(busy / 1e6).toFixed(1)} s on its main thread outside idle (shares below are of that)`,
+    '',
+    'by package:',
+    ...sorted(perGroup, 15).map(([g, us]) => `  ${pct(us)}  ${g}`),
+    '',
+    'SQLite time by store method:',
+    ...sorted(sqlByCaller, 12).map(([c, us]) => `  ${pct(us)}  ${c}`),
+    '',
+    `top ${top} functions by self time:`,
+    ...sorted(perFunction, top).map(([f, us]) => `  ${pct(us)}  ${f}`),
+  ];
+  return lines.join('\n');
+}
+
+// ---------------------------------------------------------------------------------------------------
+
+const fmt = (ms: number) => ms.toFixed(2);
+const signed = (ms: number) => `${ms >= 0 ? '+' : ''}${ms.toFixed(2)}`;
+const cpu = (r: CaseResult) => (r.cpuPerRequest === undefined ? 'n/a' : r.cpuPerRequest.toFixed(2));
+const errorCount = (r: CaseResult) => [...r.errors.values()].reduce((a, b) => a + b, 0);
+
+interface Phase {
+  name: 'loaded' | 'unloaded';
+  concurrency: number;
+  warmup: number;
+  total: number;
+}
+
+async function main(): Promise<void> {
+  const startLoad = loadavg()
+    .map((l) => l.toFixed(2))
+    .join(', ');
+  const work = mkdtempSync(path.join(tmpdir(), 'kiln-overhead-'));
+  scratch.push(work);
+  const profileDir = path.join(work, 'profile');
+
+  // 1. The canned upstream.
+  const upstreamPort = await freePort();
+  const upstream = start(
+    'canned upstream',
+    ['--import', 'tsx', 'bench/upstream.ts', `--port=${upstreamPort}`],
+    {},
+  );
+  const upstreamUrl = `http://127.0.0.1:${upstreamPort}`;
+  await ready(upstream, `${upstreamUrl}/health`);
+
+  // 2. Kiln, on a fresh SQLite data dir, one engine pool: the canned upstream.
+  const kilnPort = await freePort();
+  const dataDir = path.join(work, 'data');
+  const configFile = path.join(work, 'kiln.yaml');
+  writeFileSync(
+    configFile,
+    `host: 127.0.0.1
+port: ${kilnPort}
+data_dir: ${JSON.stringify(dataDir)}
+jobs:
+  workers: ${KILN_WORKERS}
+engines:
+  canned:
+    serves: unique
+    replicas: ['${upstreamUrl}']
+    models: { ${MODEL}: ${MODEL} }
+    max_concurrency: 256
+`,
+  );
+  if (PROFILE) mkdirSync(profileDir);
+  const kiln = start(
+    'kiln serve',
+    [
+      ...(PROFILE ? ['--cpu-prof', '--cpu-prof-dir', profileDir] : []),
+      path.join(root, 'bin', 'kiln.js'),
+      'serve',
+    ],
+    { KILN_CONFIG: configFile, KILN_LOG_LEVEL, ...(KILN_STORE_URL ? { KILN_STORE_URL } : {}) },
+  );
+  const kilnUrl = `http://127.0.0.1:${kilnPort}`;
+  await ready(kiln, `${kilnUrl}/readyz`);
+  const kilnKey = readFileSync(path.join(dataDir, 'admin.key'), 'utf8').trim();
+
+  // 3. Portkey, its own Node server, in production mode without its log UI.
+  const portkeyPort = await freePort();
+  const portkey = start(
+    'portkey gateway',
+    ['--import', 'tsx', 'bench/portkey.ts', `--port=${portkeyPort}`, '--headless'],
+    { NODE_ENV: 'production' },
+  );
+  const portkeyUrl = `http://127.0.0.1:${portkeyPort}`;
+  await ready(portkey, `${portkeyUrl}/`);
+
+  const json = { 'content-type': 'application/json' };
+  const targets: Array<Target & { pid: number | undefined }> = [
+    {
+      name: 'direct',
+      origin: upstreamUrl,
+      headers: { ...json, authorization: 'Bearer bench' },
+      pid: upstream.process.pid,
+    },
+    {
+      name: 'Kiln',
+      origin: kilnUrl,
+      headers: { ...json, authorization: `Bearer ${kilnKey}` },
+      pid: kiln.process.pid,
+    },
+    {
+      name: 'Portkey',
+      origin: portkeyUrl,
+      headers: {
+        ...json,
+        authorization: 'Bearer bench',
+        'x-portkey-provider': 'openai',
+        'x-portkey-custom-host': `${upstreamUrl}/v1`,
+      },
+      pid: portkey.process.pid,
+    },
+  ];
+
+  const phases: Phase[] = [
+    { name: 'loaded', concurrency: CONCURRENCY, warmup: WARMUP, total: TOTAL },
+    ...(UNLOADED > 0 && !PROFILE
+      ? [{ name: 'unloaded' as const, concurrency: 1, warmup: 50, total: UNLOADED }]
+      : []),
+  ];
+  const run = Date.now().toString(36);
+  const results = new Map<string, CaseResult>();
+  const result = (phase: string, mode: string, target: string) =>
+    results.get(`${phase}:${mode}:${target}`) as CaseResult;
+  for (const phase of phases) {
+    for (const stream of [false, true]) {
+      const mode = stream ? 'stream' : 'non-stream';
+      const pools = targets.map(
+        (target) =>
+          new Pool(target.origin, {
+            connections: phase.concurrency,
+            pipelining: 1,
+            keepAliveTimeout: 60_000,
+          }),
+      );
+      try {
+        const request = (t: number, step: string) => (i: number) =>
+          once(
+            pools[t] as Pool,
+            targets[t] as Target,
+            stream,
+            `${run}-${phase.name}-${mode}-${t}-${step}-${i}`,
+          );
+        for (const [t, target] of targets.entries()) {
+          const warm = await drive(phase.warmup, phase.concurrency, undefined, request(t, 'warm'));
+          if (warm.ms.length === 0) {
+            throw new Error(
+              `${target.name} ${mode}: every warm-up request failed: ${[...warm.errors.keys()][0]}`,
+            );
+          }
+        }
+        // Interleaved rounds, each in another order, so a passing disturbance on the machine is shared.
+        const batches: Batch[][] = targets.map(() => []);
+        const perRound = Math.ceil(phase.total / ROUNDS);
+        for (let round = 0; round < ROUNDS; round++) {
+          for (let k = 0; k < targets.length; k++) {
+            const t = (round + k) % targets.length;
+            const count = Math.min(perRound, phase.total - round * perRound);
+            if (count <= 0) continue;
+            const batch = await drive(
+              count,
+              phase.concurrency,
+              (targets[t] as { pid: number | undefined }).pid,
+              request(t, 'run'),
+              round * perRound,
+            );
+            (batches[t] as Batch[]).push(batch);
+          }
+        }
+        for (const [t, target] of targets.entries()) {
+          const r = pool(batches[t] as Batch[]);
+          results.set(`${phase.name}:${mode}:${target.name}`, r);
+          console.log(
+            `${phase.name.padEnd(8)} c=${String(phase.concurrency).padEnd(3)} ${mode.padEnd(10)} ${target.name.padEnd(8)} ${Math.round(r.rps).toString().padStart(6)} req/s  p50 ${fmt(r.p50)} ms  p99 ${fmt(r.p99)} ms${stream ? `  first chunk p50 ${fmt(r.firstP50)} ms` : ''}  CPU ${cpu(r)} ms/req  ok ${r.ok}/${phase.total}`,
+          );
+          for (const [message, count] of r.errors) console.log(`  ${count} × ${message}`);
+        }
+      } finally {
+        await Promise.all(pools.map((p) => p.close()));
+      }
+    }
+  }
+
+  await Promise.all([portkey.stop(), kiln.stop(), upstream.stop()]);
+
+  if (PROFILE) {
+    const file = readdirSync(profileDir).find((f) => f.endsWith('.cpuprofile'));
+    if (!file) throw new Error('Kiln wrote no CPU profile');
+    const kept = path.join(tmpdir(), `kiln-overhead-${run}.cpuprofile`);
+    writeFileSync(kept, readFileSync(path.join(profileDir, file)));
+    console.log(`\n${summariseProfile(kept)}\n\nfull profile: ${kept} (no section written while profiling)`);
+    return;
+  }
+
+  const tables: string[] = [];
+  const verdicts: string[] = [];
+  for (const mode of ['non-stream', 'stream']) {
+    const direct = result('loaded', mode, 'direct');
+    const rows = targets.map((target) => {
+      const r = result('loaded', mode, target.name);
+      const added =
+        target.name === 'direct' ? '— | —' : `${signed(r.p50 - direct.p50)} | ${signed(r.p99 - direct.p99)}`;
+      const first = mode === 'stream' ? ` ${fmt(r.firstP50)} |` : '';
+      return `| ${target.name} | ${Math.round(r.rps)} | ${fmt(r.p50)} | ${fmt(r.p99)} | ${added} |${first} ${cpu(r)} | ${errorCount(r)} |`;
+    });
+    const header =
+      mode === 'stream'
+        ? '| target | req/s | p50 ms | p99 ms | added p50 ms | added p99 ms | first chunk p50 ms | CPU ms/req | errors |\n|---|---|---|---|---|---|---|---|---|'
+        : '| target | req/s | p50 ms | p99 ms | added p50 ms | added p99 ms | CPU ms/req | errors |\n|---|---|---|---|---|---|---|---|';
+    tables.push(
+      `### ${mode === 'stream' ? 'Stream (`stream: true`, latency to `data: [DONE]`)' : 'Non-stream (sync)'}, ${CONCURRENCY} in flight\n\n${header}\n${rows.join('\n')}`,
+    );
+
+    const kiln = result('loaded', mode, 'Kiln');
+    const portkey = result('loaded', mode, 'Portkey');
+    const p50Ratio = (kiln.p50 - direct.p50) / (portkey.p50 - direct.p50);
+    const p99Ratio = (kiln.p99 - direct.p99) / (portkey.p99 - direct.p99);
+    const rpsRatio = kiln.rps / portkey.rps;
+    const mark = (ok: boolean) => (ok ? 'met' : '**missed**');
+    verdicts.push(
+      `- ${mode}: Kiln adds ${signed(kiln.p99 - direct.p99)} ms at p99, ${p99Ratio.toFixed(2)} × Portkey's ${signed(portkey.p99 - direct.p99)} ms (target < 0.5: ${mark(p99Ratio < 0.5)}); at p50 ${p50Ratio.toFixed(2)} × Portkey's. Kiln sustains ${rpsRatio.toFixed(2)} × Portkey's requests/s (target ≥ 2: ${mark(rpsRatio >= 2)}).`,
+    );
+  }
+  if (phases.some((p) => p.name === 'unloaded')) {
+    const rows: string[] = [];
+    for (const mode of ['non-stream', 'stream']) {
+      const direct = result('unloaded', mode, 'direct');
+      for (const target of targets) {
+        const r = result('unloaded', mode, target.name);
+        const added =
+          target.name === 'direct'
+            ? '— | —'
+            : `${signed(r.p50 - direct.p50)} | ${signed(r.p99 - direct.p99)}`;
+        rows.push(
+          `| ${mode} | ${target.name} | ${fmt(r.p50)} | ${fmt(r.p99)} | ${added} | ${cpu(r)} | ${errorCount(r)} |`,
+        );
+      }
+    }
+    tables.push(
+      `### One request at a time (${UNLOADED} per row after 50 warm-up): the latency each hop adds without queueing\n\n| mode | target | p50 ms | p99 ms | added p50 ms | added p99 ms | CPU ms/req | errors |\n|---|---|---|---|---|---|---|---|\n${rows.join('\n')}`,
+    );
+  }
+
+  writeSection(
+    'overhead',
+    `## Gateway overhead: Kiln and Portkey against a direct call
+
+${new Date().toISOString().slice(0, 10)} · ${machine()} · \`npm run bench:overhead\`
+
+The same fixed load sent to a canned OpenAI-compatible upstream directly, through Kiln and through the
+Portkey gateway (\`@portkey-ai/gateway\` 1.15.2), for \`POST /v1/chat/completions\` without and with
+\`stream: true\` (with \`stream_options.include_usage\`). Each is a process of its own, all on this machine
+over loopback, sharing its CPUs:
+
+- the upstream, \`bench/upstream.ts\`: node:http answering at once with a fixed small \`chat.completion\`,
+  or 7 \`chat.completion.chunk\` events, the usage chunk and \`data: [DONE]\`, all written together;
+- \`kiln serve\`: ${KILN_STORE_URL ? `store \`${KILN_STORE_URL}\` (diagnostic run),` : 'a fresh SQLite data dir,'} one engine pool (\`serves: unique\`) on the upstream with
+  \`max_concurrency: 256\`, \`jobs.workers: ${KILN_WORKERS}\`, and \`KILN_LOG_LEVEL=${KILN_LOG_LEVEL}\` (the default is \`info\`,
+  which logs lines per request); the admin key;
+- Portkey: its Node server (\`build/start-server.js\`) with \`NODE_ENV=production --headless\`, reached with
+  \`x-portkey-provider: openai\` and \`x-portkey-custom-host\` on the upstream. \`bench/portkey.ts\` starts it
+  with one shim for the @hono/node-server npm resolves here (Portkey-AI/gateway#1389, which otherwise fails
+  every stream with 500); note that Portkey's stream relay sleeps 25 ms before its first event by design;
+- the load generator (this script): an undici keep-alive pool with one connection per request in flight.
+
+${CONCURRENCY} requests in flight, ${WARMUP} warm-up then ${TOTAL} measured requests per row, in ${ROUNDS} rounds interleaved
+across the targets (in a different order each round) and pooled; each request has a unique prompt
+(so Kiln's prefix tracker sees no shared prefix); every response is checked — status 200, the expected
+content, for a stream the usage chunk and \`data: [DONE]\` last — and failures count as errors. Added = the
+target's latency minus the direct call's at the same percentile. CPU ms/req = CPU time of the target's
+process (the upstream's for direct) over the measured requests, from /proc. The first chunk arrives with
+the rest here, since the upstream writes the whole stream at once. Load average when the run began: ${startLoad}
+(other work on the machine shows in the figures; the CPU columns are the steadier comparison).
+
+${tables.join('\n\n')}
+
+Against the targets (Kiln adds less than half of Portkey's p99 overhead and sustains at least twice its requests/s), at ${CONCURRENCY} in flight:
+
+${verdicts.join('\n')}`,
+  );
+  console.log('\nwrote the overhead section of docs/benchmarks.md');
+}
+
+try {
+  await main();
+} catch (error) {
+  console.error(error);
+  process.exitCode = 1;
+} finally {
+  killAll();
+}

@@ -1,0 +1,95 @@
+/**
+ * A canned OpenAI-compatible upstream for bench/overhead.ts: answers every chat completion at once
+ * with the same small body (or, for `stream: true`, the same short SSE sequence), so what a gateway
+ * in front of it adds is what gets measured. Not the simulator: no tokens, no timing model, no KV
+ * cache — just node:http and precomputed strings. Run in a process of its own:
+ * `node --import tsx bench/upstream.ts [--port=N]`; prints `{"url": …}` on stdout once it listens.
+ */
+import http from 'node:http';
+
+const MODEL = 'bench-model';
+const CREATED = 1_790_000_000;
+const ID = 'chatcmpl-canned';
+const PIECES = ['Hello', ' from', ' the', ' canned', ' upstream.'];
+const USAGE = { prompt_tokens: 12, completion_tokens: PIECES.length, total_tokens: 12 + PIECES.length };
+
+const completion = JSON.stringify({
+  id: ID,
+  object: 'chat.completion',
+  created: CREATED,
+  model: MODEL,
+  choices: [
+    {
+      index: 0,
+      message: { role: 'assistant', content: PIECES.join('') },
+      logprobs: null,
+      finish_reason: 'stop',
+    },
+  ],
+  usage: USAGE,
+});
+
+const chunk = (delta: Record<string, unknown>, finish: string | null, usage?: typeof USAGE) =>
+  `data: ${JSON.stringify({
+    id: ID,
+    object: 'chat.completion.chunk',
+    created: CREATED,
+    model: MODEL,
+    choices: usage ? [] : [{ index: 0, delta, logprobs: null, finish_reason: finish }],
+    ...(usage ? { usage } : {}),
+  })}\n\n`;
+
+/** Role, one event per piece, finish; the usage event only when asked for; then [DONE]. */
+const streamEvents = [
+  chunk({ role: 'assistant', content: '' }, null),
+  ...PIECES.map((content) => chunk({ content }, null)),
+  chunk({}, 'stop'),
+];
+const usageEvent = chunk({}, null, USAGE);
+const DONE = 'data: [DONE]\n\n';
+
+const models = JSON.stringify({
+  object: 'list',
+  data: [{ id: MODEL, object: 'model', created: CREATED, owned_by: 'bench' }],
+});
+
+function send(res: http.ServerResponse, status: number, body: string): void {
+  res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) });
+  res.end(body);
+}
+
+const server = http.createServer((req, res) => {
+  const url = req.url ?? '/';
+  if (req.method === 'GET' && url === '/health') return send(res, 200, '{"status":"ok"}');
+  if (req.method === 'GET' && url === '/v1/models') return send(res, 200, models);
+  if (req.method !== 'POST' || url !== '/v1/chat/completions')
+    return send(res, 404, '{"error":{"message":"not found"}}');
+  const parts: Buffer[] = [];
+  req.on('data', (part: Buffer) => parts.push(part));
+  req.on('end', () => {
+    let body: { stream?: boolean; stream_options?: { include_usage?: boolean } | null };
+    try {
+      body = JSON.parse(Buffer.concat(parts).toString('utf8'));
+    } catch {
+      return send(res, 400, '{"error":{"message":"body is not JSON"}}');
+    }
+    if (body.stream !== true) return send(res, 200, completion);
+    res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' });
+    // One write per event, as an engine sends them; all at once, as nothing is generated.
+    for (const event of streamEvents) res.write(event);
+    if (body.stream_options?.include_usage === true) res.write(usageEvent);
+    res.end(DONE);
+  });
+});
+server.keepAliveTimeout = 60_000;
+
+const portArg = process.argv.find((a) => a.startsWith('--port='));
+server.listen(portArg ? Number(portArg.slice('--port='.length)) : 0, '127.0.0.1', () => {
+  const address = server.address();
+  const port = typeof address === 'object' && address ? address.port : 0;
+  process.stdout.write(`${JSON.stringify({ url: `http://127.0.0.1:${port}` })}\n`);
+});
+process.on('SIGTERM', () => {
+  server.closeAllConnections();
+  server.close(() => process.exit(0));
+});
