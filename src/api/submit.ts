@@ -94,7 +94,12 @@ export async function submitJob(
       },
     );
   }
-  const done = await deps.jobs.waitForTerminal(job.id, deps.syncTimeoutMs);
+  const done = await deps.jobs.waitForTerminal(
+    job.id,
+    deps.syncTimeoutMs,
+    undefined,
+    replayed ? undefined : job,
+  );
   if (!isTerminal(done.status)) {
     return accepted({
       status: done.status,

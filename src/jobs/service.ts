@@ -128,15 +128,16 @@ export class JobService {
         ...(slot ? { lease: { owner: slot.owner, until: now + slot.leaseMs } } : {}),
       };
       try {
-        const job = idempotencyKey
-          ? await this.store.transaction(async (tx) => {
-              const inserted = await tx.jobs.insert(row);
-              if (!(await tx.idempotency.bind(orgId, idempotencyKey, requestHash, id, now, since))) {
-                throw new LostIdempotencyRace();
-              }
-              return inserted;
-            })
-          : await this.store.jobs.insert(row);
+        const job = await this.store.transaction(async (tx) => {
+          const inserted = await tx.jobs.insert(row);
+          if (
+            idempotencyKey &&
+            !(await tx.idempotency.bind(orgId, idempotencyKey, requestHash, id, now, since))
+          ) {
+            throw new LostIdempotencyRace();
+          }
+          return inserted;
+        });
         if (slot) slot.run(job);
         else await this.store.driver.notify('kiln_jobs', kind.name);
         return { job, replayed: false };
@@ -248,7 +249,13 @@ export class JobService {
    * it looks, so a finish in between is never missed, and re-reads now and then in case a
    * notification was lost.
    */
-  async waitForTerminal(id: string, timeoutMs: number, onEvent?: (event: JobEvent) => void): Promise<JobRow> {
+  async waitForTerminal(
+    id: string,
+    timeoutMs: number,
+    onEvent?: (event: JobEvent) => void,
+    /** The row as the caller last saw it (just inserted), to spare the first read. */
+    known?: JobRow,
+  ): Promise<JobRow> {
     const deadline = Date.now() + timeoutMs;
     let wake: () => void = () => undefined;
     let finished: JobRow | undefined;
@@ -265,7 +272,8 @@ export class JobService {
           wake = resolve;
         });
         // A finish in this process hands over the row; from elsewhere, read it.
-        const job = finished ?? ((await this.store.jobs.byId(id)) as JobRow);
+        const job = finished ?? known ?? ((await this.store.jobs.byId(id)) as JobRow);
+        known = undefined;
         const left = deadline - Date.now();
         if (isTerminal(job.status) || left <= 0) return job;
         let timer: NodeJS.Timeout | undefined;

@@ -30,6 +30,8 @@ export class Worker {
   readonly owner = `${hostname()}:${process.pid}:${randomBase62(6)}`;
   readonly #running = new Map<string, Running>();
   #stopping = false;
+  /** False once a claim found nothing, until a notification or the slow poll says otherwise. */
+  #queueMayHaveWork = true;
   /** Slots promised to jobs being inserted for this worker. */
   #reserved = 0;
   #wake: () => void = () => undefined;
@@ -71,7 +73,12 @@ export class Worker {
 
   async start(): Promise<void> {
     const { store, events } = this.jobs;
-    this.#unsubscribe.push(await store.driver.listen('kiln_jobs', () => this.#wake()));
+    this.#unsubscribe.push(
+      await store.driver.listen('kiln_jobs', () => {
+        this.#queueMayHaveWork = true;
+        this.#wake();
+      }),
+    );
     this.#unsubscribe.push(
       events.on('*', (event) => {
         if (event.t === 'cancel')
@@ -108,7 +115,11 @@ export class Worker {
         this.#wake = resolve;
       });
       try {
-        while (!this.#stopping && this.#running.size + this.#reserved < this.options.concurrency) {
+        while (
+          this.#queueMayHaveWork &&
+          !this.#stopping &&
+          this.#running.size + this.#reserved < this.options.concurrency
+        ) {
           const now = Date.now();
           const job = await this.jobs.store.jobs.claimNext(
             this.owner,
@@ -116,14 +127,26 @@ export class Worker {
             now,
             now + this.options.leaseMs,
           );
-          if (!job) break;
+          if (!job) {
+            this.#queueMayHaveWork = false;
+            break;
+          }
           this.#start(job);
         }
       } catch (error) {
         this.log.error({ err: error }, 'claiming jobs failed; retrying after the poll interval');
       }
       let timer: NodeJS.Timeout | undefined;
-      await Promise.race([woken, new Promise((r) => (timer = setTimeout(r, this.options.pollIntervalMs)))]);
+      await Promise.race([
+        woken,
+        new Promise((resolve) => {
+          timer = setTimeout(() => {
+            // The slow poll: work can arrive where no notification reaches (a requeue by a sweeper elsewhere).
+            this.#queueMayHaveWork = true;
+            resolve(undefined);
+          }, this.options.pollIntervalMs);
+        }),
+      ]);
       clearTimeout(timer);
     }
   }

@@ -144,6 +144,23 @@ for (const storeCase of storeCases) {
       expect((await store.contexts.list(orgA, { limit: 10 })).data).toHaveLength(1);
     });
 
+    it('concurrent transactions commit independently: one that fails takes nothing else with it', async () => {
+      const results = await Promise.allSettled(
+        Array.from({ length: 20 }, (_, i) =>
+          store.transaction(async (tx) => {
+            await tx.orgs.create(`batch-${i}`);
+            if (i === 7) throw new Error('unit 7 fails');
+            return i;
+          }),
+        ),
+      );
+      expect(results.filter((r) => r.status === 'fulfilled')).toHaveLength(19);
+      expect(results[7]).toMatchObject({ status: 'rejected', reason: new Error('unit 7 fails') });
+      expect(await store.orgs.byName('batch-7')).toBeUndefined();
+      expect(await store.orgs.byName('batch-19')).toBeDefined();
+      expect(await store.orgs.count()).toBe(2 + 19);
+    });
+
     it('a failed transaction leaves nothing behind, and other work goes on meanwhile', async () => {
       const failing = store.driver.transaction(async (tx) => {
         await tx.run('INSERT INTO orgs (id, name, created_at) VALUES (?, ?, ?)', ['org_tx', 'in-tx', 1]);

@@ -5,6 +5,12 @@ import Database from 'better-sqlite3';
 import type { Channel, Dialect, SqlDriver, SqlExecutor } from '../driver.js';
 import { type Checkpointer, startCheckpointer } from './checkpointer.js';
 
+interface GroupUnit {
+  fn: (tx: SqlExecutor) => Promise<unknown>;
+  resolve: (value: unknown) => void;
+  reject: (error: unknown) => void;
+}
+
 const dialect: Dialect = {
   name: 'sqlite',
   binaryCollation: 'COLLATE BINARY',
@@ -25,6 +31,7 @@ export class SqliteDriver implements SqlDriver {
   #queue: Promise<unknown> = Promise.resolve();
   #inTransaction = false;
   #checkpointer: Checkpointer | undefined;
+  readonly #group: GroupUnit[] = [];
   /** SQLite's store belongs to one process, so its notifications never need to leave it. */
   readonly #events = new EventEmitter().setMaxListeners(0);
 
@@ -78,24 +85,53 @@ export class SqliteDriver implements SqlDriver {
     return this.#when(() => this.#direct.run(sql, params));
   }
 
+  /**
+   * Group commit: transactions asked for in the same turn of the event loop run in one SQLite
+   * transaction, each inside a savepoint of its own — one that fails rolls back alone — and all
+   * resolve only once the shared COMMIT is done. Under load this turns many commits into one.
+   */
   transaction<T>(fn: (tx: SqlExecutor) => Promise<T>): Promise<T> {
-    const work = async () => {
-      this.#inTransaction = true;
+    return new Promise<T>((resolve, reject) => {
+      this.#group.push({ fn, resolve, reject } as GroupUnit);
+      if (this.#group.length > 1) return;
+      setImmediate(() => {
+        const units = this.#group.splice(0);
+        const work = () => this.#commitGroup(units);
+        const next = this.#queue.then(work, work);
+        this.#queue = next.catch(() => undefined);
+      });
+    });
+  }
+
+  async #commitGroup(units: GroupUnit[]): Promise<void> {
+    const outcomes: Array<{ ok: true; value: unknown } | { ok: false; error: unknown }> = [];
+    this.#inTransaction = true;
+    try {
       this.#db.exec('BEGIN IMMEDIATE');
-      try {
-        const result = await fn(this.#direct);
-        this.#db.exec('COMMIT');
-        return result;
-      } catch (error) {
-        if (this.#db.inTransaction) this.#db.exec('ROLLBACK');
-        throw error;
-      } finally {
-        this.#inTransaction = false;
+      for (const unit of units) {
+        this.#db.exec('SAVEPOINT unit');
+        try {
+          outcomes.push({ ok: true, value: await unit.fn(this.#direct) });
+          this.#db.exec('RELEASE unit');
+        } catch (error) {
+          this.#db.exec('ROLLBACK TO unit');
+          this.#db.exec('RELEASE unit');
+          outcomes.push({ ok: false, error });
+        }
       }
-    };
-    const next = this.#queue.then(work, work);
-    this.#queue = next.catch(() => undefined);
-    return next;
+      this.#db.exec('COMMIT');
+    } catch (error) {
+      if (this.#db.inTransaction) this.#db.exec('ROLLBACK');
+      for (const unit of units) unit.reject(error);
+      return;
+    } finally {
+      this.#inTransaction = false;
+    }
+    units.forEach((unit, i) => {
+      const outcome = outcomes[i] as (typeof outcomes)[number];
+      if (outcome.ok) unit.resolve(outcome.value);
+      else unit.reject(outcome.error);
+    });
   }
 
   async exec(script: string): Promise<void> {
