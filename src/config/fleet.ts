@@ -75,7 +75,33 @@ export const PersonaSchema = Type.Object(
   { additionalProperties: false },
 );
 
+export const RunnerSchema = Type.Object(
+  {
+    url: Type.String({
+      pattern: '^https?://[^\\s]+$',
+      allowed: 'an http:// or https:// base URL',
+      description: 'the ComfyUI server',
+    }),
+    models: Type.Array(Type.String({ pattern: NAME }), {
+      minItems: 1,
+      description: 'Kiln models whose workflow this runner can run (wan-2.2, ltx-video, ltx-2.3, sdxl)',
+    }),
+    max_concurrency: Type.Integer({
+      default: 1,
+      minimum: 1,
+      maximum: 64,
+      description: 'prompts in flight on the runner',
+    }),
+    timeout: Duration('30m', 'longest a prompt may take on the runner'),
+  },
+  { additionalProperties: false },
+);
+
 export const FleetSchema = {
+  runners: Type.Record(Type.String({ pattern: NAME }), RunnerSchema, {
+    default: {},
+    additionalProperties: false,
+  }),
   engines: Type.Record(Type.String({ pattern: NAME }), EngineSchema, {
     default: {},
     additionalProperties: false,

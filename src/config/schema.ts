@@ -114,6 +114,21 @@ export const ConfigSchema = Type.Object(
       { default: {}, additionalProperties: false },
     ),
     ...FleetSchema,
+    files: Type.Object(
+      {
+        dir: Type.String({
+          default: '',
+          description: 'where produced files are kept; default <data_dir>/files',
+        }),
+        url_ttl: Duration('24h', 'how long a signed file URL works'),
+        max_input_bytes: Type.Integer({
+          default: 20 * 1024 * 1024,
+          minimum: 1024,
+          description: 'largest image input (decoded data: URI or fetched https:// image)',
+        }),
+      },
+      { default: {}, additionalProperties: false },
+    ),
     log: Type.Object(
       {
         level: Type.Union(

@@ -128,6 +128,31 @@ export const migrations: ReadonlyArray<{ version: number; name: string; sql: (d:
     // only cost every insert and finish another write.
     sql: () => 'DROP INDEX jobs_leases;',
   },
+  {
+    version: 5,
+    name: 'produced files, settings',
+    sql: () => `
+      CREATE TABLE files (
+        id TEXT PRIMARY KEY,
+        org_id TEXT NOT NULL REFERENCES orgs(id),
+        job_id TEXT,
+        content_type TEXT NOT NULL,
+        size_bytes BIGINT NOT NULL,
+        sha256 TEXT NOT NULL,
+        storage_key TEXT NOT NULL,
+        width INTEGER,
+        height INTEGER,
+        duration_ms BIGINT,
+        fps REAL,
+        created_at BIGINT NOT NULL
+      );
+      CREATE INDEX files_job ON files (job_id);
+      CREATE TABLE settings (
+        name TEXT PRIMARY KEY,
+        value TEXT NOT NULL
+      );
+    `,
+  },
 ];
 
 /** Applies every migration newer than the database, each in its own transaction. Answers how many ran. */
