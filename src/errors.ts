@@ -22,6 +22,7 @@ export const errorCatalogue = {
   'request-too-large': { status: 413, type: 'invalid_request_error' },
   'context-too-large': { status: 413, type: 'invalid_request_error' },
   'unsupported-media-type': { status: 415, type: 'invalid_request_error' },
+  'range-not-satisfiable': { status: 416, type: 'invalid_request_error' },
   // Job failures: the `code` of a failed, timed-out or cancelled job's poll body, and the answer
   // to a sync request whose job ended that way.
   cancelled: { status: 409, type: 'conflict_error' },

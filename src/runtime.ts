@@ -2,10 +2,14 @@ import type { Logger } from 'pino';
 import { chatKind } from './chat/kind.js';
 import { loadConfig } from './config/load.js';
 import { type Config, parseDuration } from './config/schema.js';
+import { RunnerPool } from './engines/comfyui/runners.js';
+import { loadTemplates, type WorkflowTemplate } from './engines/comfyui/workflows.js';
+import { FileService } from './files/service.js';
 import { type JobKind, KindRegistry } from './jobs/kinds.js';
 import { JobService } from './jobs/service.js';
 import { Sweeper } from './jobs/sweeper.js';
 import { Worker } from './jobs/worker.js';
+import { mediaKinds } from './media/kinds.js';
 import { createOutboundPolicy, type OutboundPolicy } from './net/policy.js';
 import { Router } from './router/index.js';
 import { openStore, type Store } from './store/index.js';
@@ -17,8 +21,14 @@ export interface Runtime {
   store: Store;
   jobs: JobService;
   policy: OutboundPolicy;
+  files: FileService;
+  /** Workflow templates by model, and the ComfyUI runners that run them. */
+  templates: Map<string, WorkflowTemplate>;
+  runners: RunnerPool;
   /** The router in force; `reload` replaces it. */
   router(): Router;
+  /** The address clients reach this gateway at, once it listens (for signed file URLs). */
+  setPublicUrl(url: string): void;
   /**
    * Re-reads the configuration file and swaps in a router for its engines, personas and routing,
    * without dropping requests in flight. Other keys need a restart. Throws ConfigError on a bad file.
@@ -47,8 +57,14 @@ export async function createRuntime(
   let router = new Router(config, logger.child({ component: 'router' }));
   router.start();
   const policy = createOutboundPolicy(config.security);
+  // Until the server listens, file URLs use the configured address (kiln worker never listens).
+  let publicUrl = config.public_url || `http://${config.host}:${config.port}`;
+  const files = await FileService.create(store, config, () => publicUrl);
+  const templates = loadTemplates();
+  const runners = new RunnerPool(config.runners);
   const kinds = new KindRegistry([
     chatKind({ router: () => router, store }) as JobKind<never, unknown>,
+    ...mediaKinds({ templates, runners, files, policy, maxInputBytes: config.files.max_input_bytes }),
     ...extraKinds,
   ]);
   const jobs = new JobService(store, kinds, {
@@ -64,7 +80,13 @@ export async function createRuntime(
     store,
     jobs,
     policy,
+    files,
+    templates,
+    runners,
     router: () => router,
+    setPublicUrl(url) {
+      if (!config.public_url) publicUrl = url;
+    },
     async reload() {
       const next = loadConfig({ file: config.configFile });
       const fresh = new Router(next, logger.child({ component: 'router' }));

@@ -60,6 +60,7 @@ export async function startServer(
   const port = typeof address === 'object' && address ? address.port : config.port;
   const host = config.host.includes(':') ? `[${config.host}]` : config.host;
   const url = config.public_url || `http://${host === '0.0.0.0' ? '127.0.0.1' : host}:${port}`;
+  runtime.setPublicUrl(url);
   logger.info({ url, store: runtime.store.dialect, workers: config.jobs.workers }, 'kiln is listening');
   return {
     app,

@@ -10,9 +10,11 @@ import { requireApiKey } from './auth.js';
 import { chatRoutes } from './chat.js';
 import { contextRoutes } from './contexts.js';
 import { installErrorHandling } from './errors.js';
+import { fileRoutes } from './files.js';
 import { healthRoutes } from './health.js';
 import { jobRoutes } from './jobs.js';
 import { mcpRoutes } from './mcp.js';
+import { mediaRoutes } from './media.js';
 import { adminRoutes, metricsRoutes, modelRoutes } from './models.js';
 import { validatorCompiler } from './validation.js';
 
@@ -51,11 +53,14 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   });
 
   healthRoutes(app, deps);
+  // Outside the authenticated scope: a signed URL works without a key (the route checks either).
+  fileRoutes(app, { files: deps.runtime.files, store: deps.store });
   await app.register(async (authenticated) => {
     authenticated.addHook('onRequest', requireApiKey(deps.store));
     contextRoutes(authenticated, deps);
     jobRoutes(authenticated, deps);
     chatRoutes(authenticated, deps);
+    mediaRoutes(authenticated, deps);
     modelRoutes(authenticated, deps);
     adminRoutes(authenticated, deps);
     metricsRoutes(authenticated, deps);

@@ -7,8 +7,8 @@ import type { AppDeps } from './app.js';
 /** GET /v1/models: personas and the models the fleet serves (DESIGN.md section 7). */
 export function modelRoutes(app: FastifyInstance, deps: AppDeps): void {
   const created = Math.floor(Date.now() / 1000);
-  const list = () =>
-    deps.runtime
+  const list = () => [
+    ...deps.runtime
       .router()
       .models()
       .map((m) => ({
@@ -18,7 +18,17 @@ export function modelRoutes(app: FastifyInstance, deps: AppDeps): void {
         owned_by: m.owned_by,
         kind: m.kind,
         ready: m.ready,
-      }));
+      })),
+    // Image and video models: one per workflow template, ready when a runner serves it.
+    ...[...deps.runtime.templates.values()].map((t) => ({
+      id: t.model,
+      object: 'model',
+      created,
+      owned_by: 'kiln',
+      kind: t.kind,
+      ready: deps.runtime.runners.serves(t.model),
+    })),
+  ];
 
   app.get('/v1/models', async () => ({ object: 'list', data: list() }));
   app.get<{ Params: { id: string } }>('/v1/models/:id', async (request) => {

@@ -3,10 +3,12 @@ import type { SqlDriver, SqlExecutor } from './driver.js';
 import { migrate } from './migrations.js';
 import { PostgresDriver } from './postgres/driver.js';
 import { ContextRepository } from './repos/contexts.js';
+import { FileRepository } from './repos/files.js';
 import { IdempotencyRepository } from './repos/idempotency.js';
 import { JobRepository } from './repos/jobs.js';
 import { KeyRepository } from './repos/keys.js';
 import { OrgRepository } from './repos/orgs.js';
+import { SettingsRepository } from './repos/settings.js';
 import { UsageRepository } from './repos/usage.js';
 import { WebhookRepository } from './repos/webhooks.js';
 import { SqliteDriver } from './sqlite/driver.js';
@@ -24,6 +26,8 @@ export class Repositories {
   readonly usage: UsageRepository;
   readonly idempotency: IdempotencyRepository;
   readonly webhooks: WebhookRepository;
+  readonly files: FileRepository;
+  readonly settings: SettingsRepository;
 
   constructor(db: SqlExecutor, dialect: SqlDriver['dialect']) {
     this.orgs = new OrgRepository(db);
@@ -33,6 +37,8 @@ export class Repositories {
     this.usage = new UsageRepository(db);
     this.idempotency = new IdempotencyRepository(db);
     this.webhooks = new WebhookRepository(db, dialect);
+    this.files = new FileRepository(db);
+    this.settings = new SettingsRepository(db);
   }
 }
 

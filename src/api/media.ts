@@ -1,0 +1,130 @@
+import type { FastifyInstance, FastifyRequest } from 'fastify';
+import { parseDuration } from '../config/schema.js';
+import { KilnError, validationError } from '../errors.js';
+import type { JobKind } from '../jobs/kinds.js';
+import { checkImageRef } from '../media/inputs.js';
+import type { ImageJobRequest, VideoJobRequest } from '../media/kinds.js';
+import {
+  DEFAULT_VIDEO_MODEL,
+  DEFAULT_VIDEO_SIZE,
+  ImageGenerationBody,
+  snapSize,
+  TransitionBody,
+  VideoGenerationBody,
+} from '../media/schemas.js';
+import type { AppDeps } from './app.js';
+import { submitJob } from './submit.js';
+
+/** A random seed when the caller gives none, so every job records the seed that made it. */
+const randomSeed = () => Math.floor(Math.random() * 4294967296);
+
+/** POST /v1/videos/transitions, /v1/videos/generations and /v1/images/generations. */
+export function mediaRoutes(app: FastifyInstance, deps: AppDeps): void {
+  const kind = (name: string) => deps.jobs.kinds.get(name) as JobKind;
+  const submitDeps = {
+    jobs: deps.jobs,
+    policy: deps.policy,
+    syncTimeoutMs: parseDuration(deps.config.jobs.sync_timeout),
+  };
+  const maxBytes = deps.config.files.max_input_bytes;
+  const checkImages = async (refs: Record<string, string | undefined>) => {
+    for (const [field, ref] of Object.entries(refs))
+      if (ref) await checkImageRef(ref, field, deps.policy, maxBytes);
+  };
+
+  const video = (
+    request: FastifyRequest,
+    body: TransitionBody | VideoGenerationBody,
+    model: string,
+  ): VideoJobRequest => {
+    const size = snapSize(body.size ?? DEFAULT_VIDEO_SIZE);
+    return {
+      model,
+      prompt: body.prompt ?? '',
+      negative_prompt: body.negative_prompt ?? '',
+      seed: body.seed ?? randomSeed(),
+      duration_seconds: body.duration_seconds ?? 4,
+      width: size.width,
+      height: size.height,
+      size: size.size,
+      size_adjusted: size.adjusted,
+      ...(request.url.endsWith('/transitions')
+        ? {
+            start_image: (body as TransitionBody).start_image,
+            ...((body as TransitionBody).end_image ? { end_image: (body as TransitionBody).end_image } : {}),
+          }
+        : (body as VideoGenerationBody).image
+          ? { start_image: (body as VideoGenerationBody).image }
+          : {}),
+    };
+  };
+
+  app.post<{ Body: TransitionBody }>(
+    '/v1/videos/transitions',
+    { schema: { body: TransitionBody } },
+    async (request, reply) => {
+      const body = request.body;
+      // The free tier renders with LTX-Video, whatever it asked for.
+      const model = request.auth.tier === 'free' ? 'ltx-video' : (body.model ?? DEFAULT_VIDEO_MODEL);
+      await checkImages({ start_image: body.start_image, end_image: body.end_image });
+      return submitJob(request, reply, submitDeps, {
+        kind: kind('video.transition'),
+        mode: 'async',
+        request: video(request, body, model),
+        webhook: body.webhook,
+      });
+    },
+  );
+
+  app.post<{ Body: VideoGenerationBody }>(
+    '/v1/videos/generations',
+    { schema: { body: VideoGenerationBody } },
+    async (request, reply) => {
+      const body = request.body;
+      const model = body.model ?? DEFAULT_VIDEO_MODEL;
+      if (!body.image && !deps.runtime.templates.get(model)?.graphs.text_only) {
+        throw validationError([
+          { field: 'image', rule: 'required', message: `${model} animates an image: image is required` },
+        ]);
+      }
+      await checkImages({ image: body.image });
+      return submitJob(request, reply, submitDeps, {
+        kind: kind('video.generation'),
+        mode: 'async',
+        request: video(request, body, model),
+        webhook: body.webhook,
+      });
+    },
+  );
+
+  app.post<{ Body: ImageGenerationBody }>(
+    '/v1/images/generations',
+    { schema: { body: ImageGenerationBody } },
+    async (request, reply) => {
+      const body = request.body;
+      const model = body.model ?? 'sdxl';
+      if (deps.runtime.templates.get(model)?.kind !== 'image') {
+        throw new KilnError('model-not-found', `no image model named '${model}'; GET /v1/models lists them`, {
+          param: 'model',
+        });
+      }
+      const [width, height] = (body.size ?? '1024x1024').split('x').map(Number) as [number, number];
+      const job: ImageJobRequest = {
+        model,
+        prompt: body.prompt,
+        negative_prompt: body.negative_prompt ?? '',
+        seed: body.seed ?? randomSeed(),
+        n: body.n ?? 1,
+        width,
+        height,
+        response_format: (body.response_format ?? 'url') as ImageJobRequest['response_format'],
+      };
+      return submitJob(request, reply, submitDeps, {
+        kind: kind('image.generation'),
+        mode: (body.mode ?? 'sync') as 'sync' | 'async',
+        request: job,
+        webhook: body.webhook,
+      });
+    },
+  );
+}

@@ -1,0 +1,94 @@
+import sharp from 'sharp';
+import { type ErrorDetail, validationError } from '../errors.js';
+import { createOutboundAgent, requestFollowingRedirects } from '../net/http.js';
+import type { OutboundPolicy } from '../net/policy.js';
+
+/** An image input, checked: its bytes, what they are, and where it came from. */
+export interface ImageInput {
+  data: Buffer;
+  contentType: string;
+}
+
+const FORMATS: Record<string, string> = { png: 'image/png', jpeg: 'image/jpeg', webp: 'image/webp' };
+
+function refuse(field: string, rule: string, message: string, extra: Partial<ErrorDetail> = {}): never {
+  throw validationError([{ field, rule, message, ...extra }]);
+}
+
+/** The bytes must decode as a PNG, JPEG or WebP image; answers its content type. */
+async function imageType(data: Buffer, field: string): Promise<string> {
+  try {
+    const { format } = await sharp(data).metadata();
+    const type = format ? FORMATS[format] : undefined;
+    if (type) return type;
+  } catch {}
+  return refuse(field, 'image', `${field} does not decode as a PNG, JPEG or WebP image`);
+}
+
+function decodeDataUri(uri: string, field: string, maxBytes: number): Buffer {
+  const comma = uri.indexOf(',');
+  const data = Buffer.from(uri.slice(comma + 1), 'base64');
+  if (data.length === 0) refuse(field, 'image', `${field} holds no image data`);
+  if (data.length > maxBytes) {
+    refuse(field, 'max_bytes', `${field} is ${data.length} bytes; images are capped at ${maxBytes}`, {
+      limit: maxBytes,
+      received: data.length,
+    });
+  }
+  return data;
+}
+
+/**
+ * Checks an image reference before any job exists: a `data:` URI is decoded (never fetched) and
+ * must be an image within the cap; an `https://` URL must pass the outbound policy.
+ */
+export async function checkImageRef(
+  ref: string,
+  field: string,
+  policy: OutboundPolicy,
+  maxBytes: number,
+): Promise<void> {
+  if (ref.startsWith('data:')) {
+    await imageType(decodeDataUri(ref, field, maxBytes), field);
+    return;
+  }
+  await policy.checkUrl(ref, field, { schemes: ['https:'] });
+}
+
+/** The image itself, when the job runs: decoded, or fetched with every hop and address checked. */
+export async function loadImage(
+  ref: string,
+  field: string,
+  policy: OutboundPolicy,
+  maxBytes: number,
+  signal: AbortSignal,
+): Promise<ImageInput> {
+  if (ref.startsWith('data:')) {
+    const data = decodeDataUri(ref, field, maxBytes);
+    return { data, contentType: await imageType(data, field) };
+  }
+  const agent = createOutboundAgent(policy, { headersTimeout: 30_000, bodyTimeout: 30_000 });
+  try {
+    const response = await requestFollowingRedirects(agent, policy, ref, {
+      field,
+      schemes: ['https:'],
+      signal,
+    });
+    if (response.statusCode !== 200) {
+      await response.body.dump();
+      refuse(field, 'fetch', `${field} answered HTTP ${response.statusCode}`);
+    }
+    const chunks: Buffer[] = [];
+    let size = 0;
+    for await (const chunk of response.body) {
+      size += (chunk as Buffer).length;
+      if (size > maxBytes)
+        refuse(field, 'max_bytes', `${field} is larger than ${maxBytes} bytes`, { limit: maxBytes });
+      chunks.push(chunk as Buffer);
+    }
+    const data = Buffer.concat(chunks);
+    return { data, contentType: await imageType(data, field) };
+  } finally {
+    await agent.close();
+  }
+}
