@@ -35,6 +35,9 @@ async function startDev(command: Command, options: { simPort: number }): Promise
     kvBlocks: 16_384,
   });
   const sims = [...prefixPool, ...uniquePool, ...longContext];
+  // A ComfyUI-protocol runner with every model's workflow, rendering real (simulated) video.
+  const { startComfySim } = await import('../sim/comfyui/server.js');
+  const comfy = await startComfySim({ host, port: base === 0 ? 0 : base + 5 });
   const engine = (serves: string, replicas: { url: string }[], extra: Record<string, unknown> = {}) => ({
     serves,
     replicas: replicas.map((r) => r.url),
@@ -56,6 +59,13 @@ async function startDev(command: Command, options: { simPort: number }): Promise
       assistant: { model: MODEL, system: 'You are a helpful assistant.' },
       support: { model: MODEL, system: SUPPORT_PREAMBLE, shared_preamble: true },
     },
+    runners: {
+      'comfy-sim': {
+        url: comfy.url,
+        models: ['wan-2.2', 'ltx-video', 'ltx-2.3', 'sdxl'],
+        max_concurrency: 2,
+      },
+    },
   };
   const dataDir = serverConfig(command).data_dir;
   mkdirSync(dataDir, { recursive: true });
@@ -73,6 +83,7 @@ async function startDev(command: Command, options: { simPort: number }): Promise
       ...sims.map(
         (s, i) => `  ${i < 2 ? 'prefix-pool ' : i < 4 ? 'unique-pool ' : 'long-context'}  ${s.url}`,
       ),
+      `  comfyui       ${comfy.url}  (wan-2.2, ltx-video, ltx-2.3, sdxl)`,
       `Admin key: ${keyFile}`,
       `Fleet config: ${devFile} (edit, then kill -HUP ${process.pid} or POST /admin/reload)`,
       '',
@@ -93,7 +104,7 @@ async function startDev(command: Command, options: { simPort: number }): Promise
     if (stopping) return;
     stopping = true;
     await server.close();
-    await Promise.all(sims.map((s) => s.close()));
+    await Promise.all([...sims.map((s) => s.close()), comfy.close()]);
     process.exit(0);
   };
   process.on('SIGINT', () => void stop());

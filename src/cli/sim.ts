@@ -30,6 +30,23 @@ interface SimLlmFlags {
   contextWindow?: number;
 }
 
+interface SimComfyuiFlags {
+  host: string;
+  port: number;
+  models?: string[];
+  stepMs?: number;
+  steps?: number;
+}
+
+const modelList = (text: string) => {
+  const models = text
+    .split(',')
+    .map((name) => name.trim())
+    .filter((name) => name !== '');
+  if (models.length === 0) throw new InvalidArgumentError('expected model names separated by commas');
+  return models;
+};
+
 export function simCommands(program: Command): void {
   const sim = program
     .command('sim')
@@ -79,6 +96,47 @@ export function simCommands(program: Command): void {
         if (stopping) return;
         stopping = true;
         await Promise.all(fleet.map((replica) => replica.close()));
+        process.exit(0);
+      };
+      process.on('SIGINT', () => void stop());
+      process.on('SIGTERM', () => void stop());
+    });
+
+  sim
+    .command('comfyui')
+    .description(
+      'a ComfyUI-protocol runner without a GPU: validates workflows against installed model files, ' +
+        'queues, reports progress over /ws and renders real WebM clips and PNGs (ffmpeg, sharp); ' +
+        'a prompt containing [sim:fail] fails. Prints its URL on stdout and runs until SIGINT or SIGTERM',
+    )
+    .option('--host <host>', 'address to listen on', '127.0.0.1')
+    .option('--port <port>', 'port to listen on (0 = any)', integer(0), 8188)
+    .option(
+      '--models <names>',
+      'Kiln models whose template model files are installed, comma-separated (default: every template)',
+      modelList,
+    )
+    .option('--step-ms <ms>', 'simulated time per sampler step (default 20)', milliseconds)
+    .option('--steps <n>', 'progress steps per sampler node (default 10)', integer(1))
+    .action(async (flags: SimComfyuiFlags) => {
+      const { startComfySim } = await import('../sim/comfyui/server.js');
+      let runner: Awaited<ReturnType<typeof startComfySim>>;
+      try {
+        runner = await startComfySim(flags);
+      } catch (error) {
+        process.stderr.write(`kiln sim comfyui: ${(error as Error).message}\n`);
+        process.exit(1);
+      }
+      process.stdout.write(`${runner.url}\n`);
+      process.stderr.write(
+        `kiln sim comfyui: serving ${flags.models?.join(', ') ?? 'every template'}; ` +
+          'fault hook: [sim:fail] in a prompt; stop with Ctrl-C\n',
+      );
+      let stopping = false;
+      const stop = async () => {
+        if (stopping) return;
+        stopping = true;
+        await runner.close();
         process.exit(0);
       };
       process.on('SIGINT', () => void stop());
