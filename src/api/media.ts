@@ -27,6 +27,8 @@ export function mediaRoutes(app: FastifyInstance, deps: AppDeps): void {
     syncTimeoutMs: parseDuration(deps.config.jobs.sync_timeout),
   };
   const maxBytes = deps.config.files.max_input_bytes;
+  // Up to two images inline as base64 (4/3 of their size) plus the rest of the body.
+  const bodyLimit = Math.ceil((maxBytes * 2 * 4) / 3) + 256 * 1024;
   const checkImages = async (refs: Record<string, string | undefined>) => {
     for (const [field, ref] of Object.entries(refs))
       if (ref) await checkImageRef(ref, field, deps.policy, maxBytes);
@@ -61,7 +63,7 @@ export function mediaRoutes(app: FastifyInstance, deps: AppDeps): void {
 
   app.post<{ Body: TransitionBody }>(
     '/v1/videos/transitions',
-    { schema: { body: TransitionBody } },
+    { schema: { body: TransitionBody }, bodyLimit },
     async (request, reply) => {
       const body = request.body;
       // The free tier renders with LTX-Video, whatever it asked for.
@@ -78,7 +80,7 @@ export function mediaRoutes(app: FastifyInstance, deps: AppDeps): void {
 
   app.post<{ Body: VideoGenerationBody }>(
     '/v1/videos/generations',
-    { schema: { body: VideoGenerationBody } },
+    { schema: { body: VideoGenerationBody }, bodyLimit },
     async (request, reply) => {
       const body = request.body;
       const model = body.model ?? DEFAULT_VIDEO_MODEL;
@@ -99,7 +101,7 @@ export function mediaRoutes(app: FastifyInstance, deps: AppDeps): void {
 
   app.post<{ Body: ImageGenerationBody }>(
     '/v1/images/generations',
-    { schema: { body: ImageGenerationBody } },
+    { schema: { body: ImageGenerationBody }, bodyLimit },
     async (request, reply) => {
       const body = request.body;
       const model = body.model ?? 'sdxl';

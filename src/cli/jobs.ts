@@ -1,6 +1,7 @@
 import type { Command } from 'commander';
 import type { Job, ListJobsQuery } from '../client/index.js';
 import { clientFromEnv, isoTime, table, UsageError } from './common.js';
+import { Progress } from './progress.js';
 
 const printJson = (value: unknown): void => {
   process.stdout.write(`${JSON.stringify(value, null, 2)}\n`);
@@ -35,16 +36,27 @@ export function jobsCommands(program: Command): void {
 
   jobs
     .command('wait <id>')
-    .description('poll a job until it is done and print it as JSON; exits 1 unless it completed')
+    .description(
+      'poll a job until it is done (with a progress bar on stderr) and print it as JSON; exits 1 unless it completed',
+    )
     .option('--interval <ms>', 'time between polls', '500')
     .option('--timeout <seconds>', 'give up after this long (the job goes on)')
     .action(async (id: string, options: { interval: string; timeout?: string }) => {
       const intervalMs = positive('--interval', options.interval) as number;
       const timeout = positive('--timeout', options.timeout);
-      const job = await clientFromEnv().jobs.wait(id, {
-        intervalMs,
-        ...(timeout === undefined ? {} : { timeoutMs: timeout * 1000 }),
-      });
+      // A bar on stderr once the job reports progress (image and video jobs do; chat jobs do not).
+      const progress = new Progress(id);
+      const job = await clientFromEnv()
+        .jobs.wait(id, {
+          intervalMs,
+          ...(timeout === undefined ? {} : { timeoutMs: timeout * 1000 }),
+          onProgress: (polled) => progress.update(polled),
+        })
+        .catch((error: unknown) => {
+          progress.end();
+          throw error;
+        });
+      progress.finish(job);
       printJson(job);
       if (job.status !== 'completed') process.exitCode = 1;
     });

@@ -7,6 +7,7 @@ import { ctxCommands } from './ctx.js';
 import { devCommands } from './dev.js';
 import { jobsCommands } from './jobs.js';
 import { mcpCommand } from './mcp.js';
+import { mediaCommands } from './media.js';
 import { serveCommands } from './serve.js';
 import { simCommands } from './sim.js';
 
@@ -23,6 +24,7 @@ export function buildProgram(): Command {
   ctxCommands(program);
   chatCommands(program);
   jobsCommands(program);
+  mediaCommands(program);
   mcpCommand(program);
   return program;
 }

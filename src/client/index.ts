@@ -13,6 +13,17 @@ import {
   statusOfCode,
   typeOfCode,
 } from './chat.js';
+import {
+  type Downloaded,
+  type DownloadOptions,
+  type ImageRequest,
+  type ImageSubmission,
+  type ImagesResult,
+  saveBody,
+  type TransitionRequest,
+  type VideoGenerationRequest,
+  type VideoSubmission,
+} from './media.js';
 
 export type { ContextList, ContextRecord, ContextWithContent } from '../contexts/service.js';
 export type { ListJobsQuery } from '../jobs/schemas.js';
@@ -25,6 +36,18 @@ export type {
   SubmitOptions,
 } from './chat.js';
 export { contentOf, deltaOf } from './chat.js';
+export type {
+  Downloaded,
+  DownloadOptions,
+  DownloadProgress,
+  ImageRequest,
+  ImageSubmission,
+  ImagesResult,
+  TransitionRequest,
+  VideoGenerationRequest,
+  VideoResult,
+  VideoSubmission,
+} from './media.js';
 
 /**
  * A non-2xx answer from the gateway, carrying its error envelope. An error that ends a stream after
@@ -82,7 +105,7 @@ export interface Model {
   object: 'model';
   created: number;
   owned_by: string;
-  kind: 'persona' | 'chat';
+  kind: 'persona' | 'chat' | 'image' | 'video';
   /** A local replica for it is up. */
   ready: boolean;
 }
@@ -154,6 +177,25 @@ export class KilnClient {
   readonly models: {
     /** GET /v1/models: personas and served models, with whether each is ready. */
     list(): Promise<{ object: 'list'; data: Model[] }>;
+  };
+  readonly videos: {
+    /** POST /v1/videos/transitions: the 202 submission (id, polling_url, effective model and size). */
+    transition(body: TransitionRequest, options?: SubmitOptions): Promise<VideoSubmission>;
+    /** POST /v1/videos/generations: the 202 submission. */
+    generate(body: VideoGenerationRequest, options?: SubmitOptions): Promise<VideoSubmission>;
+  };
+  readonly images: {
+    /** POST /v1/images/generations with `mode: "async"`: the 202 submission. */
+    generate(body: ImageRequest & { mode: 'async' }, options?: SubmitOptions): Promise<ImageSubmission>;
+    /** POST /v1/images/generations, sync: the images (polling on if the gateway answers 202). */
+    generate(body: ImageRequest & { mode?: 'sync' }, options?: SubmitOptions): Promise<ImagesResult>;
+  };
+  readonly files: {
+    /**
+     * Streams a file URL (a result's signed `url`, or a path under the gateway) to `path`. The API
+     * key is sent only to this client's own base URL; a signed URL needs none.
+     */
+    download(url: string, path: string, options?: DownloadOptions): Promise<Downloaded>;
   };
   readonly #baseUrl: string;
   readonly #apiKey: string;
@@ -260,6 +302,54 @@ export class KilnClient {
     this.models = {
       list: async () => (await this.#call<{ object: 'list'; data: Model[] }>('GET', '/v1/models')).data,
     };
+
+    this.videos = {
+      transition: async (body, options = {}) =>
+        (await this.#call<VideoSubmission>('POST', '/v1/videos/transitions', body, options)).data,
+      generate: async (body, options = {}) =>
+        (await this.#call<VideoSubmission>('POST', '/v1/videos/generations', body, options)).data,
+    };
+
+    const generateImages = async (
+      body: ImageRequest,
+      options: SubmitOptions = {},
+    ): Promise<ImagesResult | ImageSubmission> => {
+      const { status, data } = await this.#call<ImagesResult | ImageSubmission>(
+        'POST',
+        '/v1/images/generations',
+        body,
+        options,
+      );
+      if (status !== 202 || body.mode === 'async') return data;
+      // The job outlasted the gateway's sync timeout; it goes on, so follow it.
+      const job = await jobs.wait(
+        (data as ImageSubmission).polling_url,
+        options.signal ? { signal: options.signal } : {},
+      );
+      if (job.status !== 'completed') throw jobFailure(job);
+      return job.result as ImagesResult;
+    };
+    this.images = { generate: generateImages as KilnClient['images']['generate'] };
+
+    this.files = {
+      download: async (url, file, options = {}) => {
+        const target = new URL(url, `${this.#baseUrl}/`);
+        const headers: Record<string, string> = {};
+        if (this.#ownsUrl(target)) headers.authorization = `Bearer ${this.#apiKey}`;
+        const response = await this.#fetch(target, {
+          headers,
+          ...(options.signal ? { signal: options.signal } : {}),
+        });
+        if (!response.ok) await this.#fail(response, await response.text());
+        return saveBody(response, file, options);
+      },
+    };
+  }
+
+  /** A URL under this client's base URL (same origin, same path prefix): the only place the key goes. */
+  #ownsUrl(url: URL): boolean {
+    const base = new URL(`${this.#baseUrl}/`);
+    return url.origin === base.origin && url.pathname.startsWith(base.pathname);
   }
 
   async #send(method: string, path: string, body?: unknown, options: SubmitOptions = {}): Promise<Response> {

@@ -83,6 +83,24 @@ describe('POST /v1/videos/transitions validation', () => {
     expect(await jobCount()).toBe(before);
   });
 
+  it('accepts inline images of several megabytes (the body limit follows files.max_input_bytes)', async () => {
+    const noise = await sharp({
+      create: {
+        width: 1024,
+        height: 1024,
+        channels: 3,
+        background: '#808080',
+        noise: { type: 'gaussian', mean: 128, sigma: 40 },
+      },
+    })
+      .png()
+      .toBuffer();
+    expect(noise.length).toBeGreaterThan(2_000_000);
+    const big = `data:image/png;base64,${noise.toString('base64')}`;
+    const answer = await post({ start_image: big, end_image: big });
+    expect(answer.status, JSON.stringify(answer.body).slice(0, 300)).toBe(202);
+  });
+
   it('hints at the snake_case name of a camelCase look-alike', async () => {
     const answer = await post({ start_image: png, endImage: png, negativePrompt: 'x' });
     const messages = answer.body.error.details.map((d: { message: string }) => d.message);
