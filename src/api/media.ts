@@ -1,4 +1,4 @@
-import type { FastifyInstance, FastifyRequest } from 'fastify';
+import type { FastifyInstance } from 'fastify';
 import { parseDuration } from '../config/schema.js';
 import { KilnError, validationError } from '../errors.js';
 import type { JobKind } from '../jobs/kinds.js';
@@ -34,10 +34,11 @@ export function mediaRoutes(app: FastifyInstance, deps: AppDeps): void {
       if (ref) await checkImageRef(ref, field, deps.policy, maxBytes);
   };
 
+  /** The stored request of a video job: sizes snapped, seed fixed, the images it animates. */
   const video = (
-    request: FastifyRequest,
     body: TransitionBody | VideoGenerationBody,
     model: string,
+    images: { start_image?: string | undefined; end_image?: string | undefined },
   ): VideoJobRequest => {
     const size = snapSize(body.size ?? DEFAULT_VIDEO_SIZE);
     return {
@@ -50,14 +51,8 @@ export function mediaRoutes(app: FastifyInstance, deps: AppDeps): void {
       height: size.height,
       size: size.size,
       size_adjusted: size.adjusted,
-      ...(request.url.endsWith('/transitions')
-        ? {
-            start_image: (body as TransitionBody).start_image,
-            ...((body as TransitionBody).end_image ? { end_image: (body as TransitionBody).end_image } : {}),
-          }
-        : (body as VideoGenerationBody).image
-          ? { start_image: (body as VideoGenerationBody).image }
-          : {}),
+      ...(images.start_image ? { start_image: images.start_image } : {}),
+      ...(images.end_image ? { end_image: images.end_image } : {}),
     };
   };
 
@@ -72,7 +67,7 @@ export function mediaRoutes(app: FastifyInstance, deps: AppDeps): void {
       return submitJob(request, reply, submitDeps, {
         kind: kind('video.transition'),
         mode: 'async',
-        request: video(request, body, model),
+        request: video(body, model, { start_image: body.start_image, end_image: body.end_image }),
         webhook: body.webhook,
       });
     },
@@ -93,7 +88,7 @@ export function mediaRoutes(app: FastifyInstance, deps: AppDeps): void {
       return submitJob(request, reply, submitDeps, {
         kind: kind('video.generation'),
         mode: 'async',
-        request: video(request, body, model),
+        request: video(body, model, { start_image: body.image }),
         webhook: body.webhook,
       });
     },

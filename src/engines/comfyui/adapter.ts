@@ -72,6 +72,15 @@ function promptRefusal(body: {
   );
 }
 
+/** A connection failure to the runner, before it ran anything. */
+const unreachable = (runner: RunnerTarget) => (error: unknown) => {
+  throw new EngineError(
+    `cannot reach runner ${runner.name}: ${(error as Error).message}`,
+    'unavailable',
+    true,
+  );
+};
+
 const extension = (contentType: string) =>
   contentType === 'image/jpeg' ? 'jpg' : contentType === 'image/webp' ? 'webp' : 'png';
 
@@ -120,13 +129,7 @@ export async function runWorkflow(
       method: 'POST',
       body: form,
       signal: call.signal,
-    }).catch((error) => {
-      throw new EngineError(
-        `cannot reach runner ${runner.name}: ${(error as Error).message}`,
-        'unavailable',
-        true,
-      );
-    });
+    }).catch(unreachable(runner));
     if (!response.ok)
       throw new EngineError(
         `runner ${runner.name} refused an input image: HTTP ${response.status}`,
@@ -177,13 +180,7 @@ export async function runWorkflow(
       headers: { 'content-type': 'application/json' },
       body: JSON.stringify({ prompt: call.fill(uploaded), client_id: clientId, prompt_id: promptId }),
       signal: call.signal,
-    }).catch((error) => {
-      throw new EngineError(
-        `cannot reach runner ${runner.name}: ${(error as Error).message}`,
-        'unavailable',
-        true,
-      );
-    });
+    }).catch(unreachable(runner));
     const answer = (await submitted.body.json()) as Parameters<typeof promptRefusal>[0];
     if (submitted.statusCode >= 400) throw promptRefusal(answer);
 
