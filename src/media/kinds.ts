@@ -80,6 +80,9 @@ async function run(
       model: job.request.model,
     });
   }
+  if (deps.runners.runners.length === 0) {
+    throw new JobFailure('engine-unavailable', 'no ComfyUI runner is configured (runners in kiln.yaml)');
+  }
   const lease = await deps.runners.acquire(job.request.model, signal);
   try {
     return await runWorkflow(lease.runner, {
@@ -97,7 +100,12 @@ async function run(
         upstreamError: error.upstream,
       });
     }
-    if (error instanceof EngineError) throw new JobFailure('inference-failed', error.message);
+    if (error instanceof EngineError) {
+      throw new JobFailure(
+        error.kind === 'unavailable' ? 'engine-unavailable' : 'inference-failed',
+        error.message,
+      );
+    }
     if ((error as Error).name === 'TimeoutError') {
       throw new JobFailure(
         'engine-timeout',
@@ -124,10 +132,8 @@ function videoKind(
     pollingBase: '/v1/jobs/',
     queueTtlMs: 60 * 60_000,
     runLimitMs: 60 * 60_000,
-    submissionExtras: (r) =>
-      name === 'video.transition'
-        ? { model: r.model, size: r.size, size_adjusted: r.size_adjusted }
-        : { model: r.model, size: r.size },
+    // The effective model and size, and the seed, so a caller can render the same clip again.
+    submissionExtras: (r) => ({ model: r.model, size: r.size, size_adjusted: r.size_adjusted, seed: r.seed }),
     async run(job, signal) {
       const r = job.request;
       const template = deps.templates.get(r.model);
@@ -168,6 +174,7 @@ function videoKind(
           height: file.height,
           fps: file.fps,
           content_type: file.content_type,
+          seed: r.seed,
         },
         usage: { outputUnits: file.duration_ms ?? 0 },
       };
@@ -181,6 +188,7 @@ export function mediaKinds(deps: MediaDeps): JobKind<never, unknown>[] {
     idPrefix: 'imggen-',
     submissionObject: 'image.generation.async',
     pollingBase: '/v1/jobs/',
+    submissionExtras: (r) => ({ model: r.model, seed: r.seed }),
     queueTtlMs: 30 * 60_000,
     runLimitMs: 30 * 60_000,
     async run(job, signal) {
@@ -208,7 +216,7 @@ export function mediaKinds(deps: MediaDeps): JobKind<never, unknown>[] {
         }
       }
       return {
-        result: { created: Math.floor(Date.now() / 1000), data },
+        result: { created: Math.floor(Date.now() / 1000), seed: r.seed, data },
         usage: { outputUnits: outputs.length },
       };
     },

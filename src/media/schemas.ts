@@ -38,7 +38,6 @@ const literals = (values: readonly string[]) => Type.Union(values.map((v) => Typ
 
 export const ImageRef = Type.String({
   pattern: '^(https://[^\\s]+|data:image/(png|jpeg|webp);base64,[A-Za-z0-9+/=\\r\\n]+)$',
-  maxLength: 28_000_000,
   description: 'an https:// URL or a data:image/(png|jpeg|webp);base64,… URI',
 });
 

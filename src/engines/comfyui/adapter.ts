@@ -257,7 +257,12 @@ async function fetchOutputs(
   outputNode: string,
   signal: AbortSignal,
 ): Promise<OutputFile[]> {
-  const entry = await history(base, promptId, signal);
+  // ComfyUI announces success a moment before it stores the history: look again briefly.
+  let entry = await history(base, promptId, signal);
+  for (let i = 0; i < 20 && !entry?.outputs?.[outputNode]; i++) {
+    await new Promise((r) => setTimeout(r, 100));
+    entry = await history(base, promptId, signal);
+  }
   const node = entry?.outputs?.[outputNode];
   const refs = [...(node?.images ?? []), ...(node?.gifs ?? [])];
   if (refs.length === 0) throw new EngineError('the runner finished without an output file', 'broken', false);
