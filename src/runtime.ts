@@ -11,7 +11,7 @@ import { Sweeper } from './jobs/sweeper.js';
 import { Worker } from './jobs/worker.js';
 import { mediaKinds } from './media/kinds.js';
 import { createOutboundPolicy, type OutboundPolicy } from './net/policy.js';
-import { Router } from './router/index.js';
+import { Router, RoutingMemory } from './router/index.js';
 import { openStore, type Store } from './store/index.js';
 import { WebhookDeliverer } from './webhooks/deliverer.js';
 
@@ -54,7 +54,10 @@ export async function createRuntime(
     await store.close().catch(() => undefined);
     throw error;
   }
-  let router = new Router(config, logger.child({ component: 'router' }));
+  // What routing learns outlives reloads, and travels between gateways that share a PostgreSQL store.
+  const memory = new RoutingMemory(store.driver, logger.child({ component: 'router' }));
+  await memory.start();
+  let router = new Router(config, logger.child({ component: 'router' }), memory);
   router.start();
   const policy = createOutboundPolicy(config.security);
   // Until the server listens, file URLs use the configured address (kiln worker never listens).
@@ -89,7 +92,7 @@ export async function createRuntime(
     },
     async reload() {
       const next = loadConfig({ file: config.configFile });
-      const fresh = new Router(next, logger.child({ component: 'router' }));
+      const fresh = new Router(next, logger.child({ component: 'router' }), memory);
       fresh.start();
       const old = router;
       router = fresh;
@@ -134,6 +137,7 @@ export async function createRuntime(
       for (const part of background.reverse()) await part.stop();
       await jobs.stop();
       await router.retire(5000);
+      await memory.stop();
       await store.close();
     },
   };

@@ -70,7 +70,7 @@ export function chatKind(deps: ChatDeps): JobKind<ChatJobRequest> {
         created,
       });
       try {
-        const { completion } = await router.chat({
+        const { completion, route } = await router.chat({
           model,
           messages,
           body,
@@ -86,6 +86,8 @@ export function chatKind(deps: ChatDeps): JobKind<ChatJobRequest> {
               }
             : {}),
         });
+        // The route again, now with the cached tokens the engine reported.
+        if (route.cached_reported !== undefined) await job.record({ route });
         const usage = completion.usage;
         return {
           result: rename(completion),

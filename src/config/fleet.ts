@@ -10,6 +10,29 @@ const NAME = '^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$';
 
 export const REQUEST_CLASSES = ['shared-prefix', 'unique', 'long-context'] as const;
 
+export const ROUTING_POLICIES = ['cache-aware', 'least-load', 'round-robin', 'sglang'] as const;
+
+const PoolRoutingSchema = Type.Object(
+  {
+    policy: Type.Union(
+      ROUTING_POLICIES.map((p) => Type.Literal(p)),
+      {
+        default: 'cache-aware',
+        description:
+          'replica choice: cache-aware (prefill cost plus load), least-load, round-robin, or sglang (SGLang router’s cache-aware policy, for comparison)',
+      },
+    ),
+    balance_abs_threshold: Type.Integer({
+      default: 8,
+      minimum: 1,
+      maximum: 10_000,
+      description:
+        'cache-aware: a replica with this many more requests in flight than the least busy one takes no new request',
+    }),
+  },
+  { default: {}, additionalProperties: false },
+);
+
 export const EngineSchema = Type.Object(
   {
     adapter: Type.Union([Type.Literal('openai')], {
@@ -50,6 +73,21 @@ export const EngineSchema = Type.Object(
       description: 'polled to know a replica is up',
     }),
     owned_by: Type.String({ default: 'kiln', description: '`owned_by` of its models in /v1/models' }),
+    routing: PoolRoutingSchema,
+    kv_cache_tokens: Type.Optional(
+      Type.Integer({
+        minimum: 1,
+        description:
+          'KV cache capacity of each replica in tokens; default: read from the engine (vLLM metrics), else 131072',
+      }),
+    ),
+    context_tokens: Type.Optional(
+      Type.Integer({
+        minimum: 1,
+        description:
+          'longest prompt plus output a replica accepts; default: read from the engine (/v1/models max_model_len, /props n_ctx)',
+      }),
+    ),
   },
   { additionalProperties: false },
 );
@@ -115,7 +153,13 @@ export const FleetSchema = {
       long_context_tokens: Type.Integer({
         default: 8000,
         minimum: 1,
-        description: 'estimated prompt tokens above which a request is long-context',
+        description: 'prompt tokens above which a request is long-context',
+      }),
+      shared_prefix_tokens: Type.Integer({
+        default: 512,
+        minimum: 1,
+        description:
+          'a prompt whose leading system messages (persona, contexts) reach this many tokens is shared-prefix',
       }),
       overflow_after_ms: Type.Integer({
         default: 500,
@@ -124,9 +168,10 @@ export const FleetSchema = {
       }),
       queue_timeout: Duration('60s', 'how long a request waits for a free replica before it times out'),
       prefix_block_chars: Type.Integer({
-        default: 1024,
+        default: 256,
         minimum: 16,
-        description: 'size of the leading blocks compared to detect shared prefixes',
+        maximum: 65_536,
+        description: 'block size, in characters, of the prefix index that follows what each replica caches',
       }),
     },
     { default: {}, additionalProperties: false },

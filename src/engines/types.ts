@@ -63,6 +63,8 @@ export class EngineError extends Error {
     readonly kind: 'unavailable' | 'timeout' | 'rejected' | 'broken',
     readonly beforeOutput: boolean,
     readonly status?: number,
+    /** Set when the engine refused the prompt as longer than its context. */
+    readonly contextLength = false,
   ) {
     super(message);
     this.name = 'EngineError';
@@ -74,14 +76,37 @@ export class EngineError extends Error {
   }
 }
 
+/** What an engine says about itself for routing; each field only where the engine exposes it. */
+export interface EngineProbe {
+  /** Requests running plus waiting, every client of the engine together. */
+  load?: number;
+  /** KV cache capacity in tokens. */
+  kvCapacityTokens?: number;
+  /** A counter that only grows while the engine process lives: a drop means it restarted. */
+  lifetimeCounter?: number;
+}
+
 export interface EngineAdapter {
   readonly capabilities: {
     readonly streaming: boolean;
     readonly cancel: boolean;
     readonly prefixCache: boolean;
+    /** `probe`, `contextTokens` and `countTokens` ask the engine. */
+    readonly introspection: boolean;
   };
   chat(replica: ReplicaTarget, call: ChatCall): Promise<ChatCompletion>;
   /** True when the replica answers its health probe within `timeoutMs`. */
   healthy(replica: ReplicaTarget, timeoutMs: number): Promise<boolean>;
+  /** Load, KV capacity and restarts from the engine's metrics; empty when it exposes none. */
+  probe(replica: ReplicaTarget, timeoutMs: number): Promise<EngineProbe>;
+  /** The replica's context size for `model` (its own name for it), when the engine says. */
+  contextTokens(replica: ReplicaTarget, model: string, timeoutMs: number): Promise<number | undefined>;
+  /** The prompt's exact size in the engine's tokens, when the engine can count them. */
+  countTokens(
+    replica: ReplicaTarget,
+    model: string,
+    messages: readonly ChatMessage[],
+    timeoutMs: number,
+  ): Promise<number | undefined>;
   close(): Promise<void>;
 }

@@ -3,16 +3,33 @@ import { parseDuration } from '../config/duration.js';
 import type { Config } from '../config/schema.js';
 import { createAdapter, type EngineAdapter, EngineError, type ReplicaTarget } from '../engines/index.js';
 import type { RequestClass } from './classify.js';
+import type { RoutingMemory } from './memory.js';
 import { countRoute } from './metrics.js';
+import { CacheAwarePolicy } from './policies/cache-aware.js';
+import { SglangCacheAware } from './policies/sglang.js';
+import { LeastLoadPolicy, RoundRobinPolicy } from './policies/simple.js';
+import type { Choice, Outcome, ReplicaView, RoutingPolicy, RoutingRequest } from './policy.js';
 
 type EngineConfig = Config['engines'][string];
 
+/** KV capacity assumed for a replica whose engine neither is configured with one nor reports it. */
+const DEFAULT_KV_CAPACITY_TOKENS = 131_072;
+/** An engine's own load figure older than this is not trusted. */
+const ENGINE_LOAD_FRESH_MS = 3_000;
+
 /** A replica's live state as the router sees it. */
-export class Replica implements ReplicaTarget {
+export class Replica implements ReplicaTarget, ReplicaView {
   inFlight = 0;
   healthy = true;
   ejectedUntil = 0;
   failures = 0;
+  pendingPrefillTokens = 0;
+  /** From the engine's metrics: running + waiting, and when that was read. */
+  #engineLoad: { value: number; at: number } | undefined;
+  discoveredKvTokens: number | undefined;
+  /** The context size: configured, else discovered from the engine once it answers. */
+  contextTokens: number | undefined;
+  lifetimeCounter: number | undefined;
   readonly apiKey: string | undefined;
   readonly timeoutMs: number;
   readonly connectTimeoutMs: number;
@@ -34,6 +51,7 @@ export class Replica implements ReplicaTarget {
     this.maxConcurrency = config.max_concurrency;
     this.healthPath = config.health_path;
     this.label = `${engine} replica ${index}`;
+    this.contextTokens = config.context_tokens;
   }
 
   /** Up (by the last health check) and not ejected for repeated errors. */
@@ -44,25 +62,23 @@ export class Replica implements ReplicaTarget {
   get hasRoom(): boolean {
     return this.inFlight < this.maxConcurrency;
   }
-}
 
-/** How a replica is picked among those with room; kept behind this interface so cache-aware choice can replace it. */
-export interface ReplicaChooser {
-  choose(replicas: readonly Replica[]): Replica | undefined;
-}
+  get engineLoad(): number | undefined {
+    const load = this.#engineLoad;
+    return load && Date.now() - load.at < ENGINE_LOAD_FRESH_MS ? load.value : undefined;
+  }
 
-/** Least in flight, ties broken by rotation so equal replicas share the load. */
-export class LeastInFlight implements ReplicaChooser {
-  #turn = 0;
+  set engineLoad(value: number | undefined) {
+    this.#engineLoad = value === undefined ? undefined : { value, at: Date.now() };
+  }
 
-  choose(replicas: readonly Replica[]): Replica | undefined {
-    let best: Replica | undefined;
-    const offset = this.#turn++;
-    for (let i = 0; i < replicas.length; i++) {
-      const replica = replicas[(i + offset) % replicas.length] as Replica;
-      if (!best || replica.inFlight < best.inFlight) best = replica;
-    }
-    return best;
+  get kvCapacityTokens(): number {
+    return this.config.kv_cache_tokens ?? this.discoveredKvTokens ?? DEFAULT_KV_CAPACITY_TOKENS;
+  }
+
+  /** Whether a request of `tokens` (prompt plus output) fits the replica's context, as far as known. */
+  fits(tokens: number): boolean {
+    return this.contextTokens === undefined || tokens <= this.contextTokens;
   }
 }
 
@@ -71,29 +87,62 @@ export interface Lease {
   replica: Replica;
   requestClass: RequestClass;
   overflow: boolean;
-  /** Frees the slot; a failure counts toward ejecting the replica. */
-  release(outcome: 'ok' | EngineError): void;
+  /** Prompt tokens the policy expects the replica to find in its cache. */
+  predictedCachedTokens: number;
+  /** The replica has produced its first token: its prefill is done. */
+  prefillDone(): void;
+  /** Frees the slot; a failure counts toward ejecting the replica. The engine's usage teaches the policy. */
+  release(outcome: 'ok' | EngineError, usage?: Omit<Outcome, 'ok'>): void;
+}
+
+/** The request as `acquire` needs it. */
+export interface AcquireRequest {
+  model: string;
+  requestClass: RequestClass;
+  routing: RoutingRequest;
+  /** Prompt plus output tokens the replica's context must hold. */
+  contextNeeded: number;
 }
 
 const EJECT_AFTER_FAILURES = 3;
 const EJECT_FOR_MS = 10_000;
 const HEALTH_EVERY_MS = 5_000;
+const PROBE_EVERY_MS = 1_000;
+
+function createPolicy(config: EngineConfig, memory: RoutingMemory): RoutingPolicy {
+  switch (config.routing.policy) {
+    case 'least-load':
+      return new LeastLoadPolicy();
+    case 'round-robin':
+      return new RoundRobinPolicy();
+    case 'sglang':
+      return new SglangCacheAware();
+    default:
+      return new CacheAwarePolicy(memory.index, {
+        balanceAbsThreshold: config.routing.balance_abs_threshold,
+        share: (url, chain, capacity) => memory.share(url, chain, capacity),
+      });
+  }
+}
 
 /**
- * Every engine replica, their health and their free slots. `acquire` waits for a slot on a local
- * replica of the right pool, and hands a request to an overflow engine only when the local fleet is
- * full for longer than `routing.overflow_after_ms`, or down.
+ * Every engine replica, their health, load and free slots. `acquire` waits for a slot on a local
+ * replica of the right pool, chosen by the pool's routing policy, and hands a request to an
+ * overflow engine only when the local fleet is full for longer than `routing.overflow_after_ms`,
+ * or down.
  */
 export class Fleet {
   readonly replicas: Replica[] = [];
   readonly #adapters = new Map<string, EngineAdapter>();
   readonly #waiters = new Set<() => void>();
-  readonly #chooser: ReplicaChooser = new LeastInFlight();
-  #healthTimer: NodeJS.Timeout | undefined;
+  /** One policy per engine pool. */
+  readonly #policies = new Map<string, RoutingPolicy>();
+  #timers: NodeJS.Timeout[] = [];
 
   constructor(
     private readonly config: Config,
     private readonly log: Logger,
+    memory: RoutingMemory,
   ) {
     for (const [name, engine] of Object.entries(config.engines)) {
       let adapter = this.#adapters.get(engine.adapter);
@@ -101,10 +150,15 @@ export class Fleet {
         adapter = createAdapter(engine.adapter);
         this.#adapters.set(engine.adapter, adapter);
       }
+      this.#policies.set(name, createPolicy(engine, memory));
       engine.replicas.forEach((url, index) => {
         this.replicas.push(new Replica(name, index, url.replace(/\/+$/, ''), engine, adapter));
       });
     }
+  }
+
+  policy(engine: string): RoutingPolicy {
+    return this.#policies.get(engine) as RoutingPolicy;
   }
 
   startHealthChecks(): void {
@@ -118,14 +172,54 @@ export class Fleet {
               'replica health changed',
             );
             replica.healthy = healthy;
+            // A replica that was down comes back with an empty cache.
+            if (healthy) this.#lostCache(replica);
             if (healthy) this.#wake();
           }
+          if (healthy && replica.contextTokens === undefined) await this.#discoverContext(replica);
         }),
       );
     };
+    const probe = async () => {
+      await Promise.all(this.replicas.map((replica) => this.#probe(replica)));
+    };
     void check();
-    this.#healthTimer = setInterval(() => void check(), HEALTH_EVERY_MS);
-    this.#healthTimer.unref();
+    void probe();
+    this.#timers = [
+      setInterval(() => void check(), HEALTH_EVERY_MS),
+      setInterval(() => void probe(), PROBE_EVERY_MS),
+    ];
+    for (const timer of this.#timers) timer.unref();
+  }
+
+  async #discoverContext(replica: Replica): Promise<void> {
+    const model = Object.values(replica.config.models)[0];
+    if (model === undefined) return;
+    const size = await replica.adapter.contextTokens(replica, model, 2000).catch(() => undefined);
+    if (size !== undefined && replica.contextTokens === undefined) replica.contextTokens = size;
+  }
+
+  /** Reads the engine's own load, KV capacity and lifetime counter from its metrics. */
+  async #probe(replica: Replica): Promise<void> {
+    if (!replica.healthy) return;
+    const probe = await replica.adapter.probe(replica, 1000).catch(() => ({}) as Record<string, never>);
+    replica.engineLoad = probe.load;
+    if (probe.kvCapacityTokens !== undefined) replica.discoveredKvTokens = probe.kvCapacityTokens;
+    if (probe.lifetimeCounter !== undefined) {
+      const before = replica.lifetimeCounter;
+      replica.lifetimeCounter = probe.lifetimeCounter;
+      if (before !== undefined && probe.lifetimeCounter < before) {
+        this.log.warn(
+          { engine: replica.engine, replica: replica.url },
+          'replica restarted: its cache is empty',
+        );
+        this.#lostCache(replica);
+      }
+    }
+  }
+
+  #lostCache(replica: Replica): void {
+    this.policy(replica.engine).forget?.(replica);
   }
 
   /** The engine's own name for a public model, on this replica's engine. */
@@ -137,38 +231,52 @@ export class Fleet {
     return this.replicas.some((r) => !r.config.overflow && model in r.config.models);
   }
 
-  /**
-   * Local replicas for the model that are up and not excluded: those of the pools for this class,
-   * else — none configured, or all of them down — of any local pool that has the model.
-   */
-  #localUp(model: string, requestClass: RequestClass, exclude: ReadonlySet<Replica>): Replica[] {
-    const local = this.replicas.filter(
-      (r) => !r.config.overflow && model in r.config.models && r.available && !exclude.has(r),
+  /** A replica able to count the model's tokens exactly, if any is up. */
+  counter(model: string): Replica | undefined {
+    return this.replicas.find(
+      (r) =>
+        !r.config.overflow && model in r.config.models && r.available && r.adapter.capabilities.introspection,
     );
-    const pool = local.filter((r) => r.config.serves === requestClass);
-    return pool.length > 0 ? pool : local;
+  }
+
+  /**
+   * Local replicas for the model that are up, not excluded and whose context holds the request:
+   * those of the pools for this class; else those of the long-context pools (the class's pools are
+   * too small for it); else — none configured, or all down — of any local pool that has the model.
+   */
+  #localUp(request: AcquireRequest, exclude: ReadonlySet<Replica>): Replica[] {
+    const local = this.replicas.filter(
+      (r) => !r.config.overflow && request.model in r.config.models && r.available && !exclude.has(r),
+    );
+    const fitting = local.filter((r) => r.fits(request.contextNeeded));
+    const inClass = (c: RequestClass) => fitting.filter((r) => r.config.serves === c);
+    const pool = inClass(request.requestClass);
+    if (pool.length > 0) return pool;
+    const long = inClass('long-context');
+    if (long.length > 0) return long;
+    return fitting.length > 0 ? fitting : local;
   }
 
   async acquire(
-    model: string,
-    requestClass: RequestClass,
+    request: AcquireRequest,
     signal: AbortSignal,
     exclude: ReadonlySet<Replica> = new Set(),
   ): Promise<Lease> {
     const started = Date.now();
     const overflowAfter = this.config.routing.overflow_after_ms;
     const queueTimeout = parseDuration(this.config.routing.queue_timeout);
+    const { model } = request;
     const overflow = this.replicas.filter((r) => r.config.overflow && model in r.config.models);
     for (;;) {
       if (signal.aborted) throw signal.reason;
-      const up = this.#localUp(model, requestClass, exclude);
+      const up = this.#localUp(request, exclude);
       const waited = Date.now() - started;
       const free = up.filter((r) => r.hasRoom);
-      if (free.length > 0) return this.#lease(this.#chooser.choose(free) as Replica, requestClass, false);
+      if (free.length > 0) return this.#lease(this.#choose(free, request), request, false);
       // Overflow only as a valve: the local fleet is full for too long, or none of it is up.
       if (up.length === 0 || waited >= overflowAfter) {
         const spare = overflow.filter((r) => r.available && r.hasRoom && !exclude.has(r));
-        if (spare.length > 0) return this.#lease(this.#chooser.choose(spare) as Replica, requestClass, true);
+        if (spare.length > 0) return this.#lease(this.#choose(spare, request), request, true);
       }
       if (up.length === 0 && overflow.every((r) => !r.available || exclude.has(r))) {
         throw new EngineError(`no replica serving ${model} is up`, 'unavailable', true, 503);
@@ -186,18 +294,45 @@ export class Fleet {
     }
   }
 
-  #lease(replica: Replica, requestClass: RequestClass, overflow: boolean): Lease {
+  /** The policy of the first candidate's pool decides (candidates of one class usually share a pool). */
+  #choose(
+    candidates: Replica[],
+    request: AcquireRequest,
+  ): { choice: Choice<Replica>; policy: RoutingPolicy } {
+    const policy = this.policy((candidates[0] as Replica).engine);
+    return { choice: policy.choose(candidates, request.routing), policy };
+  }
+
+  #lease(
+    picked: { choice: Choice<Replica>; policy: RoutingPolicy },
+    request: AcquireRequest,
+    overflow: boolean,
+  ): Lease {
+    const { choice, policy } = picked;
+    const { replica } = choice;
     replica.inFlight++;
-    countRoute(requestClass, replica.engine, overflow);
+    const prefill = Math.max(0, request.routing.promptTokens - choice.predictedCachedTokens);
+    replica.pendingPrefillTokens += prefill;
+    countRoute(request.requestClass, replica.engine, overflow);
+    let prefilling = true;
+    const prefillDone = () => {
+      if (!prefilling) return;
+      prefilling = false;
+      replica.pendingPrefillTokens -= prefill;
+    };
     let released = false;
     return {
       replica,
-      requestClass,
+      requestClass: request.requestClass,
       overflow,
-      release: (outcome) => {
+      predictedCachedTokens: choice.predictedCachedTokens,
+      prefillDone,
+      release: (outcome, usage) => {
         if (released) return;
         released = true;
+        prefillDone();
         replica.inFlight--;
+        policy.observe?.(replica, request.routing, choice, { ok: outcome === 'ok', ...usage });
         if (outcome === 'ok') replica.failures = 0;
         else if (outcome.kind !== 'rejected' && ++replica.failures >= EJECT_AFTER_FAILURES) {
           replica.ejectedUntil = Date.now() + EJECT_FOR_MS;
@@ -233,18 +368,44 @@ export class Fleet {
   /** Replica gauges in Prometheus text format. */
   metrics(): string {
     const label = (r: Replica) => `engine="${r.engine}",replica="${r.index}"`;
+    const gauge = (name: string, help: string, value: (r: Replica) => number | undefined) => [
+      `# HELP ${name} ${help}`,
+      `# TYPE ${name} gauge`,
+      ...this.replicas.flatMap((r) => {
+        const v = value(r);
+        return v === undefined ? [] : [`${name}{${label(r)}} ${v}`];
+      }),
+    ];
     return [
-      '# HELP kiln_replica_in_flight Requests in flight on the replica.',
-      '# TYPE kiln_replica_in_flight gauge',
-      ...this.replicas.map((r) => `kiln_replica_in_flight{${label(r)}} ${r.inFlight}`),
-      '# HELP kiln_replica_available 1 when the replica is up and not ejected.',
-      '# TYPE kiln_replica_available gauge',
-      ...this.replicas.map((r) => `kiln_replica_available{${label(r)}} ${r.available ? 1 : 0}`),
+      ...gauge('kiln_replica_in_flight', 'Requests in flight on the replica.', (r) => r.inFlight),
+      ...gauge('kiln_replica_available', '1 when the replica is up and not ejected.', (r) =>
+        r.available ? 1 : 0,
+      ),
+      ...gauge(
+        'kiln_replica_pending_prefill_tokens',
+        'Prompt tokens routed to the replica whose prefill has not finished (this process).',
+        (r) => r.pendingPrefillTokens,
+      ),
+      ...gauge(
+        'kiln_replica_engine_load',
+        'Running plus waiting requests as the engine reports them (all gateways).',
+        (r) => r.engineLoad,
+      ),
+      ...gauge(
+        'kiln_replica_kv_capacity_tokens',
+        'KV cache capacity the router assumes.',
+        (r) => r.kvCapacityTokens,
+      ),
+      ...gauge(
+        'kiln_replica_context_tokens',
+        'Context size of the replica, where known.',
+        (r) => r.contextTokens,
+      ),
     ].join('\n');
   }
 
   async close(): Promise<void> {
-    clearInterval(this.#healthTimer);
+    for (const timer of this.#timers) clearInterval(timer);
     this.#wake();
     await Promise.all([...this.#adapters.values()].map((a) => a.close()));
   }

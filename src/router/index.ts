@@ -1,11 +1,16 @@
 import type { Logger } from 'pino';
 import type { Config } from '../config/schema.js';
 import { type ChatChunk, type ChatCompletion, type ChatMessage, EngineError } from '../engines/index.js';
-import { classify, PrefixTracker, type RequestClass } from './classify.js';
-import { Fleet, type Replica } from './fleet.js';
+import { classify, type RequestClass } from './classify.js';
+import { type AcquireRequest, Fleet, type Lease, type Replica } from './fleet.js';
+import { RoutingMemory } from './memory.js';
+import { countCached } from './metrics.js';
+import type { RoutingRequest } from './policy.js';
+import { blockChain, leadingChars, routingText } from './prompt.js';
 
 export { EngineError } from '../engines/index.js';
 export type { RequestClass } from './classify.js';
+export { RoutingMemory } from './memory.js';
 
 type PersonaConfig = Config['personas'][string];
 
@@ -15,12 +20,16 @@ export interface Route {
   engine: string;
   replica: number;
   overflow: boolean;
+  /** Prompt tokens the router expected the replica to have cached. */
+  cached: number;
+  /** Prompt tokens the replica reported cached, once it answered. */
+  cached_reported?: number;
   /** The replica's URL: recorded on the job for operators, never sent to clients. */
   url: string;
 }
 
 export const routeHeader = (route: Route) =>
-  `class=${route.class}; engine=${route.engine}; replica=${route.replica}; overflow=${route.overflow}`;
+  `class=${route.class}; engine=${route.engine}; replica=${route.replica}; overflow=${route.overflow}; cached=${route.cached ?? 0}`;
 
 export interface ResolvedModel {
   /** The model the fleet serves. */
@@ -41,21 +50,28 @@ export interface RouteCall {
 
 /** Tries per request: the first replica and up to two others, for failures before any output. */
 const MAX_TRIES = 3;
+/** Longest wait for an engine to count a prompt's tokens before the estimate is used instead. */
+const COUNT_TIMEOUT_MS = 2_000;
+
+const cachedTokensOf = (completion: ChatCompletion): number | undefined => {
+  const details = completion.usage?.prompt_tokens_details as { cached_tokens?: unknown } | undefined;
+  return typeof details?.cached_tokens === 'number' ? details.cached_tokens : undefined;
+};
 
 /**
  * Personas, request classes and replica choice (spec section 1.3), over one configuration. A reload
- * builds a new Router; the old one finishes its requests and then closes.
+ * builds a new Router; the old one finishes its requests and then closes. What routing learns (the
+ * prefix index, tokens per character) lives in the RoutingMemory, which outlives reloads.
  */
 export class Router {
   readonly fleet: Fleet;
-  readonly #prefixes: PrefixTracker;
 
   constructor(
     readonly config: Config,
     private readonly log: Logger,
+    readonly memory: RoutingMemory = new RoutingMemory(undefined),
   ) {
-    this.fleet = new Fleet(config, log);
-    this.#prefixes = new PrefixTracker(config.routing.prefix_block_chars);
+    this.fleet = new Fleet(config, log, memory);
   }
 
   start(): void {
@@ -69,31 +85,79 @@ export class Router {
     return this.fleet.serves(name) ? { model: name } : undefined;
   }
 
-  async chat(call: RouteCall): Promise<{ completion: ChatCompletion; route: Route }> {
-    const requestClass = classify(call.messages, {
-      longContextTokens: this.config.routing.long_context_tokens,
+  /**
+   * The prompt's size in tokens. Where the long-context decision hangs on it — more characters than
+   * the threshold's tokens (a token is rarely under one character) but fewer than eight times that
+   * (rarely over eight) — an engine that serves the model counts it; elsewhere, and when no engine
+   * can count, the estimate calibrated from the engines' usage serves.
+   */
+  async #promptTokens(model: string, text: string, messages: readonly ChatMessage[]): Promise<number> {
+    const { calibration } = this.memory;
+    const estimate = calibration.estimate(model, text.length);
+    const threshold = this.config.routing.long_context_tokens;
+    if (text.length <= threshold || text.length > threshold * 8) return estimate;
+    const counter = this.fleet.counter(model);
+    if (!counter) return estimate;
+    const upstream = this.fleet.upstreamModel(counter, model);
+    const counted = await counter.adapter
+      .countTokens(counter, upstream, messages, COUNT_TIMEOUT_MS)
+      .catch(() => undefined);
+    if (counted === undefined) return estimate;
+    calibration.learn(model, text.length, counted);
+    return counted;
+  }
+
+  async #describe(call: RouteCall): Promise<AcquireRequest> {
+    const model = call.model.model;
+    const blockChars = this.config.routing.prefix_block_chars;
+    const text = routingText(call.messages);
+    const promptTokens = await this.#promptTokens(model, text, call.messages);
+    const charsPerToken = text.length / Math.max(1, promptTokens);
+    const blocks = blockChain(text, blockChars);
+    const routing: RoutingRequest = { text, blocks, blockChars, promptTokens, charsPerToken };
+    // The prefix is every message but the new turn; seen before when a replica holds its first block.
+    const last = call.messages.length > 0 ? routingText(call.messages.slice(-1)).length : 0;
+    const seenPrefix = text.length - last >= blockChars && this.memory.index.anyHolds(blocks[0] as string);
+    const requestClass = classify({
+      promptTokens,
+      leadingTokens: Math.floor(leadingChars(call.messages) / charsPerToken),
+      seenPrefix,
       sharedPreamble: call.model.persona?.shared_preamble ?? false,
-      prefixes: this.#prefixes,
+      longContextTokens: this.config.routing.long_context_tokens,
+      sharedPrefixTokens: this.config.routing.shared_prefix_tokens,
     });
+    const output = Number(call.body.max_completion_tokens ?? call.body.max_tokens ?? 0);
+    return {
+      model,
+      requestClass,
+      routing,
+      contextNeeded: promptTokens + (Number.isFinite(output) && output > 0 ? output : 0),
+    };
+  }
+
+  async chat(call: RouteCall): Promise<{ completion: ChatCompletion; route: Route }> {
+    const request = await this.#describe(call);
     const tried = new Set<Replica>();
     let lastFailure: EngineError | undefined;
     for (let attempt = 1; ; attempt++) {
-      let lease: Awaited<ReturnType<Fleet['acquire']>>;
+      let lease: Lease;
       try {
-        lease = await this.fleet.acquire(call.model.model, requestClass, call.signal, tried);
+        lease = await this.fleet.acquire(request, call.signal, tried);
       } catch (error) {
         // Every replica was tried: the caller wants to know why the last one failed.
         throw lastFailure ?? error;
       }
       const { replica } = lease;
       const route: Route = {
-        class: requestClass,
+        class: request.requestClass,
         engine: replica.engine,
         replica: replica.index,
         overflow: lease.overflow,
+        cached: lease.predictedCachedTokens,
         url: replica.url,
       };
       call.onRoute?.(route);
+      const onChunk = call.onChunk;
       try {
         const completion = await replica.adapter.chat(replica, {
           body: {
@@ -102,10 +166,21 @@ export class Router {
             messages: call.messages,
           },
           signal: call.signal,
-          ...(call.onChunk ? { onChunk: call.onChunk } : {}),
+          ...(onChunk
+            ? {
+                onChunk: (chunk: ChatChunk) => {
+                  lease.prefillDone();
+                  onChunk(chunk);
+                },
+              }
+            : {}),
         });
-        lease.release('ok');
-        return { completion, route };
+        this.#learn(lease, request, completion);
+        const reported = cachedTokensOf(completion);
+        return {
+          completion,
+          route: reported === undefined ? route : { ...route, cached_reported: reported },
+        };
       } catch (error) {
         const failure =
           error instanceof EngineError
@@ -117,15 +192,46 @@ export class Router {
           throw call.signal.reason ?? error;
         }
         lease.release(failure);
-        if (!failure.retryable || attempt >= MAX_TRIES) throw failure;
-        lastFailure = failure;
-        this.log.warn(
-          { engine: replica.engine, replica: replica.url, err: failure.message },
-          'retrying on another replica',
-        );
         tried.add(replica);
+        // A prompt too long for this engine goes to the long-context pool rather than failing.
+        const tooLong =
+          failure.contextLength && failure.beforeOutput && request.requestClass !== 'long-context';
+        if (tooLong) {
+          this.log.info(
+            { engine: replica.engine, replica: replica.index },
+            'prompt over the context size: trying long-context',
+          );
+          request.requestClass = 'long-context';
+        } else if (!failure.retryable) throw failure;
+        if (attempt >= MAX_TRIES) throw failure;
+        lastFailure = failure;
+        if (!tooLong) {
+          this.log.warn(
+            { engine: replica.engine, replica: replica.url, err: failure.message },
+            'retrying on another replica',
+          );
+        }
       }
     }
+  }
+
+  /** What the engine's usage teaches: the policy's cache model, tokens per character, the metrics. */
+  #learn(lease: Lease, request: AcquireRequest, completion: ChatCompletion): void {
+    const promptTokens = completion.usage?.prompt_tokens;
+    const cachedTokens = cachedTokensOf(completion);
+    lease.release('ok', {
+      ...(promptTokens !== undefined ? { promptTokens } : {}),
+      ...(cachedTokens !== undefined ? { cachedTokens } : {}),
+    });
+    if (promptTokens === undefined) return;
+    this.memory.calibration.learn(request.model, request.routing.text.length, promptTokens);
+    countCached(
+      lease.replica.engine,
+      lease.replica.index,
+      promptTokens,
+      lease.predictedCachedTokens,
+      cachedTokens ?? 0,
+    );
   }
 
   /** Personas and served models for /v1/models; `ready` when a local replica for the model is up. */

@@ -22,8 +22,8 @@ export interface Dialect {
   readonly sharedAcrossProcesses: boolean;
 }
 
-/** Channels processes use to wake each other: new work, finished jobs, cancellations, partial output. */
-export type Channel = 'kiln_jobs' | 'kiln_job_events' | 'kiln_webhooks';
+/** Channels processes use to wake each other (new work, finished jobs, cancellations, partial output) and to share what replicas cache. */
+export type Channel = 'kiln_jobs' | 'kiln_job_events' | 'kiln_webhooks' | 'kiln_routing';
 
 export interface SqlDriver extends SqlExecutor {
   readonly dialect: Dialect;

@@ -152,12 +152,17 @@ describe('chat completions against a simulated fleet', () => {
     expect(
       await route({ model: 'm', messages: [{ role: 'user', content: `unique ${Math.random()}` }] }),
     ).toMatch(/class=unique; engine=unique-pool/);
-    // A long system prompt that other requests sent before.
-    const system = { role: 'system', content: `Shared manual. ${'Rule. '.repeat(400)}` };
+    // A short system prompt that other requests sent before: unique the first time, then shared.
+    const system = { role: 'system', content: `Shared manual. ${'Rule. '.repeat(60)}` };
     expect(await route({ model: 'm', messages: [system, { role: 'user', content: 'first' }] })).toMatch(
       /class=unique/,
     );
     expect(await route({ model: 'm', messages: [system, { role: 'user', content: 'second' }] })).toMatch(
+      /class=shared-prefix; engine=prefix-pool/,
+    );
+    // A system prompt over routing.shared_prefix_tokens is shared-prefix on its first appearance.
+    const manual = { role: 'system', content: `Long manual. ${'Rule. '.repeat(400)}` };
+    expect(await route({ model: 'm', messages: [manual, { role: 'user', content: 'first' }] })).toMatch(
       /class=shared-prefix; engine=prefix-pool/,
     );
     // Over routing.long_context_tokens (4000 ≈ 16000 characters).

@@ -3,11 +3,20 @@ import {
   type ChatCall,
   type ChatChunk,
   type ChatCompletion,
+  type ChatMessage,
   type EngineAdapter,
   EngineError,
+  type EngineProbe,
   type ReplicaTarget,
 } from '../types.js';
 import { CompletionAssembler } from './assemble.js';
+import {
+  contextFromModels,
+  contextFromProps,
+  isContextLengthError,
+  probeFromMetrics,
+  tokenCount,
+} from './discovery.js';
 import { sseData } from './sse.js';
 
 /** The message an OpenAI-compatible server put in its error body, whatever its dialect. */
@@ -54,8 +63,81 @@ function asEngineError(error: unknown, replica: ReplicaTarget, beforeOutput: boo
  * the replica's concurrency in flight.
  */
 export class OpenAICompatibleAdapter implements EngineAdapter {
-  readonly capabilities = { streaming: true, cancel: true, prefixCache: true } as const;
+  readonly capabilities = { streaming: true, cancel: true, prefixCache: true, introspection: true } as const;
   readonly #pools = new Map<string, Pool>();
+  /** Health checks and introspection on connections of their own, so a busy replica still answers them. */
+  readonly #probePools = new Map<string, Pool>();
+
+  #probePool(replica: ReplicaTarget): Pool {
+    const origin = new URL(replica.url).origin;
+    let pool = this.#probePools.get(origin);
+    if (!pool) {
+      pool = new Pool(origin, { connections: 2, connect: { timeout: replica.connectTimeoutMs } });
+      this.#probePools.set(origin, pool);
+    }
+    return pool;
+  }
+
+  /** A GET or POST on the probe connections; undefined for anything but a 2xx JSON (or text) answer. */
+  async #ask(
+    replica: ReplicaTarget,
+    path: string,
+    timeoutMs: number,
+    body?: unknown,
+  ): Promise<{ text: string } | undefined> {
+    try {
+      const response = await this.#probePool(replica).request({
+        method: body === undefined ? 'GET' : 'POST',
+        path: this.#path(replica, path),
+        headers: {
+          ...(body === undefined ? {} : { 'content-type': 'application/json' }),
+          ...(replica.apiKey ? { authorization: `Bearer ${replica.apiKey}` } : {}),
+        },
+        ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+        signal: AbortSignal.timeout(timeoutMs),
+      });
+      const text = await response.body.text();
+      return response.statusCode < 300 ? { text } : undefined;
+    } catch {
+      return undefined;
+    }
+  }
+
+  async #askJson(replica: ReplicaTarget, path: string, timeoutMs: number, body?: unknown): Promise<unknown> {
+    const answer = await this.#ask(replica, path, timeoutMs, body);
+    try {
+      return answer ? JSON.parse(answer.text) : undefined;
+    } catch {
+      return undefined;
+    }
+  }
+
+  async probe(replica: ReplicaTarget, timeoutMs: number): Promise<EngineProbe> {
+    const answer = await this.#ask(replica, '/metrics', timeoutMs);
+    return answer ? probeFromMetrics(answer.text) : {};
+  }
+
+  async contextTokens(replica: ReplicaTarget, model: string, timeoutMs: number): Promise<number | undefined> {
+    // llama.cpp's /props gives the per-slot context, which is what a request gets.
+    return (
+      contextFromProps(await this.#askJson(replica, '/props', timeoutMs)) ??
+      contextFromModels(await this.#askJson(replica, '/v1/models', timeoutMs), model)
+    );
+  }
+
+  async countTokens(
+    replica: ReplicaTarget,
+    model: string,
+    messages: readonly ChatMessage[],
+    timeoutMs: number,
+  ): Promise<number | undefined> {
+    // vLLM and SGLang apply the chat template to `messages`; llama.cpp's /tokenize counts only a
+    // plain `content` (and answers no tokens for `messages`), so that is the second try.
+    const chat = tokenCount(await this.#askJson(replica, '/tokenize', timeoutMs, { model, messages }));
+    if (chat) return chat;
+    const content = messages.map((m) => (typeof m.content === 'string' ? m.content : '')).join('\n');
+    return tokenCount(await this.#askJson(replica, '/tokenize', timeoutMs, { content })) || undefined;
+  }
 
   #pool(replica: ReplicaTarget): Pool {
     const origin = new URL(replica.url).origin;
@@ -104,7 +186,8 @@ export class OpenAICompatibleAdapter implements EngineAdapter {
       const text = await response.body.text().catch(() => '');
       const message = `${replica.label} answered ${response.statusCode}: ${upstreamMessage(text)}`;
       const kind = response.statusCode >= 500 || response.statusCode === 429 ? 'unavailable' : 'rejected';
-      throw new EngineError(message, kind, true, response.statusCode);
+      const contextLength = kind === 'rejected' && isContextLengthError(text);
+      throw new EngineError(message, kind, true, response.statusCode, contextLength);
     }
     if (!stream) {
       try {
@@ -142,7 +225,7 @@ export class OpenAICompatibleAdapter implements EngineAdapter {
 
   async healthy(replica: ReplicaTarget, timeoutMs: number): Promise<boolean> {
     try {
-      const response = await this.#pool(replica).request({
+      const response = await this.#probePool(replica).request({
         method: 'GET',
         path: this.#path(replica, replica.healthPath),
         headers: replica.apiKey ? { authorization: `Bearer ${replica.apiKey}` } : {},
@@ -156,7 +239,8 @@ export class OpenAICompatibleAdapter implements EngineAdapter {
   }
 
   async close(): Promise<void> {
-    await Promise.all([...this.#pools.values()].map((pool) => pool.close()));
+    await Promise.all([...this.#pools.values(), ...this.#probePools.values()].map((pool) => pool.close()));
     this.#pools.clear();
+    this.#probePools.clear();
   }
 }
