@@ -26,6 +26,8 @@ export const errorCatalogue = {
   // Job failures: the `code` of a failed, timed-out or cancelled job's poll body, and the answer
   // to a sync request whose job ended that way.
   cancelled: { status: 409, type: 'conflict_error' },
+  // The engine refused the request as the caller's fault (its 4xx): the engine's words, never retried.
+  'engine-rejected': { status: 400, type: 'invalid_request_error' },
   'inference-failed': { status: 502, type: 'server_error' },
   'workflow-model-missing': { status: 502, type: 'server_error' },
   'worker-lost': { status: 502, type: 'server_error' },
@@ -47,6 +49,8 @@ export interface ErrorDetail {
   received?: unknown;
   allowed?: unknown;
   limit?: number;
+  /** An engine's own error fields (`engine-rejected`): its `type`, `param`, counts, verbatim. */
+  engine?: Record<string, unknown>;
 }
 
 export interface ErrorBody {

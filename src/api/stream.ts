@@ -38,6 +38,12 @@ export async function streamJob(
       keyId: request.auth.id,
       request: options.request,
     });
+    // A client that goes away at any moment — before the first token too — cancels the job, and
+    // with it the engine's generation.
+    reply.raw.once('close', () => {
+      if (!finished && !reply.raw.writableFinished)
+        void jobs.cancel(request.auth.org_id, id).catch(() => undefined);
+    });
     // Wait for the first output (or the end): a failure before any token is still an ordinary HTTP
     // error, and the route in the headers is the one that produced the output, after any retries.
     const first = await new Promise<JobEvent>((resolve) => {
@@ -51,7 +57,10 @@ export async function streamJob(
     });
     if (first.t === 'done') {
       const job = first.job ?? ((await jobs.store.jobs.byId(id)) as JobRow);
-      if (job.status !== 'completed') throw jobError(job, jobs.poll(job));
+      if (job.status !== 'completed') {
+        finished = true;
+        throw jobError(job, jobs.poll(job));
+      }
     }
 
     const meta = pending.findLast((e): e is Extract<JobEvent, { t: 'meta' }> => e.t === 'meta')?.meta ?? {};
@@ -63,9 +72,6 @@ export async function streamJob(
       connection: 'keep-alive',
       'x-request-id': request.id,
       ...(options.headers?.(meta) ?? {}),
-    });
-    raw.on('close', () => {
-      if (!finished) void jobs.cancel(request.auth.org_id, id).catch(() => undefined);
     });
 
     await new Promise<void>((resolve) => {

@@ -11,6 +11,7 @@ import type { JobMode, JobRow } from '../store/types.js';
 export interface SubmitDeps {
   jobs: JobService;
   policy: OutboundPolicy;
+  /** The longest `Prefer: wait=N` honoured on an async submission (`jobs.sync_timeout`). */
   syncTimeoutMs: number;
 }
 
@@ -40,18 +41,44 @@ function idempotencyKeyOf(request: FastifyRequest): string | undefined {
   return header;
 }
 
+/**
+ * The seconds of RFC 7240's `Prefer: wait=N` (Replicate's convention for "wait up to N seconds,
+ * then give me a job"); undefined when the header does not ask.
+ */
+export function preferWait(request: FastifyRequest): number | undefined {
+  const header = request.headers.prefer;
+  const text = Array.isArray(header) ? header.join(',') : header;
+  const match = /(?:^|[,;\s])wait\s*=\s*"?(\d{1,6})"?/i.exec(text ?? '');
+  return match ? Number(match[1]) : undefined;
+}
+
 /** A terminal job that did not complete, as the HTTP error a sync caller gets. */
 export function jobError(job: JobRow, poll: Record<string, unknown>): KilnError {
   const code = (
     job.error_code && job.error_code in errorCatalogue ? job.error_code : 'inference-failed'
   ) as ErrorCode;
-  return new KilnError(code, job.error_message ?? `the job ended ${job.status}`, { attach: { job: poll } });
+  const message = job.error_message ?? `the job ended ${job.status}`;
+  // An engine's refusal carries its own fields, so the caller can see what it objected to.
+  const engine = poll.engine_error as Record<string, unknown> | undefined;
+  const details = engine
+    ? [
+        {
+          field: typeof engine.param === 'string' ? engine.param : 'messages',
+          rule: typeof engine.type === 'string' ? engine.type : 'engine',
+          message,
+          engine,
+        },
+      ]
+    : undefined;
+  return new KilnError(code, message, { attach: { job: poll }, ...(details ? { details } : {}) });
 }
 
 /**
  * The one submission path of every generation endpoint: checks the webhook address, honours
- * Idempotency-Key, records the job, then answers by mode — `async` 202 at once, `sync` when the job
- * is terminal (or 202 with where to poll if it outlasts `jobs.sync_timeout`).
+ * Idempotency-Key, records the job, then answers by mode — `async` 202 at once (or, with
+ * `Prefer: wait=N`, the result if the job ends within N seconds), `sync` when the job is terminal:
+ * its result or its error, never a 202, however long that takes within the kind's limits. A sync
+ * caller that goes away cancels its job.
  */
 export async function submitJob(
   request: FastifyRequest,
@@ -79,13 +106,14 @@ export async function submitJob(
   if (replayed) reply.header('idempotent-replayed', 'true');
   request.log.info({ job_id: job.id, kind: job.kind, mode: job.mode, replayed }, 'job submitted');
 
-  const accepted = (extra: Record<string, unknown> = {}) => {
-    const body = { ...submissionBody(job, options.kind, options.request), ...extra };
+  const accepted = () => {
+    const body = submissionBody(job, options.kind, options.request);
     return reply.status(202).header('location', body.polling_url).send(body);
   };
-  if (options.mode === 'async') return accepted();
+  const wait = options.mode === 'async' ? preferWait(request) : undefined;
+  if (options.mode === 'async' && wait === undefined) return accepted();
 
-  if (replayed && !isTerminal(job.status)) {
+  if (options.mode === 'sync' && replayed && !isTerminal(job.status)) {
     throw new KilnError(
       'idempotency-key-in-progress',
       'the original request with this Idempotency-Key is still running',
@@ -94,19 +122,22 @@ export async function submitJob(
       },
     );
   }
-  const done = await deps.jobs.waitForTerminal(
-    job.id,
-    deps.syncTimeoutMs,
-    undefined,
-    replayed ? undefined : job,
-  );
-  if (!isTerminal(done.status)) {
-    return accepted({
-      status: done.status,
-      message:
-        'the job is taking longer than a synchronous request waits; it goes on, poll polling_url for the result',
-    });
+  let waitMs: number;
+  if (wait !== undefined) {
+    waitMs = Math.min(wait * 1000, deps.syncTimeoutMs);
+    reply.header('preference-applied', `wait=${Math.floor(waitMs / 1000)}`);
+  } else {
+    // Sync: the job ends by itself within its queue TTL and run limit (the sweeper sees to it).
+    waitMs = options.kind.queueTtlMs + options.kind.runLimitMs + 60_000;
+    const gone = () => {
+      if (!reply.raw.writableFinished && !isTerminal(job.status)) {
+        void deps.jobs.cancel(orgId, job.id).catch(() => undefined);
+      }
+    };
+    reply.raw.once('close', gone);
   }
+  const done = await deps.jobs.waitForTerminal(job.id, waitMs, undefined, replayed ? undefined : job);
+  if (!isTerminal(done.status)) return accepted();
   reply.headers(options.headers?.(done) ?? {});
   if (done.status === 'completed') return reply.status(200).send(JSON.parse(done.result ?? 'null'));
   throw jobError(done, deps.jobs.poll(done));

@@ -29,8 +29,16 @@ async function preamble(
   return messages;
 }
 
-/** The engine's failure, as the job's: timeouts end `timeout`, a fleet that is down `engine-unavailable`. */
+/**
+ * The engine's failure, as the job's: its 4xx is the caller's error (`engine-rejected`, with the
+ * engine's own fields), timeouts end `timeout`, a fleet that is down `engine-unavailable`.
+ */
 function asJobFailure(error: EngineError): JobFailure {
+  if (error.kind === 'rejected' && error.status !== undefined && error.status < 500) {
+    return new JobFailure('engine-rejected', error.message, {
+      engine_error: { status: error.status, ...error.engineFields },
+    });
+  }
   if (error.kind === 'timeout') return new JobFailure('engine-timeout', error.message, {}, 'timeout');
   // Nobody to ask (no replica up, connections refused, 503/429): the fleet is unavailable, not the answer wrong.
   if (
@@ -40,6 +48,37 @@ function asJobFailure(error: EngineError): JobFailure {
     return new JobFailure('engine-unavailable', error.message);
   }
   return new JobFailure('inference-failed', error.message);
+}
+
+/**
+ * What a stream's caller sees of the engine's chunks. Kiln always asks engines for the usage chunk;
+ * a caller that did not ask gets none, and the usage chunk's `timings` (llama.cpp) move onto the
+ * chunk with the finish reason, where llama.cpp puts them for such a caller.
+ */
+class ChunkRelay {
+  #held: ChatChunk | undefined;
+
+  constructor(
+    private readonly includeUsage: boolean,
+    private readonly send: (chunk: ChatChunk) => void,
+  ) {}
+
+  add(chunk: ChatChunk): void {
+    const usageOnly = chunk.choices.length === 0;
+    if (usageOnly && !this.includeUsage) {
+      if (this.#held && chunk.timings !== undefined) this.#held = { ...this.#held, timings: chunk.timings };
+      return;
+    }
+    this.end();
+    // The finish chunk waits for the usage chunk that follows it.
+    if (!this.includeUsage && chunk.choices.some((c) => c.finish_reason)) this.#held = chunk;
+    else this.send(chunk);
+  }
+
+  end(): void {
+    if (this.#held) this.send(this.#held);
+    this.#held = undefined;
+  }
 }
 
 /** Chat completions as a job kind: every mode runs here, through the router. */
@@ -69,6 +108,7 @@ export function chatKind(deps: ChatDeps): JobKind<ChatJobRequest> {
         model: job.request.model,
         created,
       });
+      const relay = new ChunkRelay(job.request.includeUsage, (chunk) => void job.publish(rename(chunk)));
       try {
         const { completion, route } = await router.chat({
           model,
@@ -76,16 +116,9 @@ export function chatKind(deps: ChatDeps): JobKind<ChatJobRequest> {
           body,
           signal,
           onRoute: (route) => void job.record({ route }),
-          ...(job.mode === 'stream'
-            ? {
-                onChunk: (chunk: ChatChunk) => {
-                  // The usage-only chunk is Kiln's own request; the caller sees it only if it asked.
-                  if (chunk.choices.length === 0 && !job.request.includeUsage) return;
-                  void job.publish(rename(chunk));
-                },
-              }
-            : {}),
+          ...(job.mode === 'stream' ? { onChunk: (chunk: ChatChunk) => relay.add(chunk) } : {}),
         });
+        relay.end();
         // The route again, now with the cached tokens the engine reported.
         if (route.cached_reported !== undefined) await job.record({ route });
         const usage = completion.usage;

@@ -39,11 +39,14 @@ export const ChatBody = Type.Object(
     webhook: Type.Optional(Webhook),
     contexts: Type.Optional(Type.Array(Type.String({ minLength: 1, maxLength: 128 }), { maxItems: 32 })),
     n: Type.Optional(
-      Type.Integer({
-        minimum: 1,
-        maximum: 1,
-        description: 'only one choice per request is supported (n must be 1)',
-      }),
+      Type.Union([
+        Type.Integer({
+          minimum: 1,
+          maximum: 16,
+          description: 'choices to generate, passed to the engine (vLLM, SGLang and llama.cpp serve n > 1)',
+        }),
+        Type.Null(),
+      ]),
     ),
     temperature: Type.Optional(Type.Union([Type.Number({ minimum: 0, maximum: 2 }), Type.Null()])),
     top_p: Type.Optional(Type.Union([Type.Number({ minimum: 0, maximum: 1 }), Type.Null()])),

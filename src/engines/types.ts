@@ -51,6 +51,8 @@ export interface ChatCall {
   signal: AbortSignal;
   /** Set for a stream: called with each chunk as it arrives. */
   onChunk?: (chunk: ChatChunk) => void;
+  /** Called once, when the engine's first chunk arrives (its prefill is done), in every mode. */
+  onFirstChunk?: () => void;
 }
 
 /**
@@ -65,6 +67,8 @@ export class EngineError extends Error {
     readonly status?: number,
     /** Set when the engine refused the prompt as longer than its context. */
     readonly contextLength = false,
+    /** The engine's own error fields besides its message (`type`, `param`, `n_ctx`, …), for a 4xx. */
+    readonly engineFields: Record<string, unknown> = {},
   ) {
     super(message);
     this.name = 'EngineError';

@@ -166,14 +166,8 @@ export class Router {
             messages: call.messages,
           },
           signal: call.signal,
-          ...(onChunk
-            ? {
-                onChunk: (chunk: ChatChunk) => {
-                  lease.prefillDone();
-                  onChunk(chunk);
-                },
-              }
-            : {}),
+          onFirstChunk: () => lease.prefillDone(),
+          ...(onChunk ? { onChunk } : {}),
         });
         this.#learn(lease, request, completion);
         const reported = cachedTokensOf(completion);

@@ -194,7 +194,7 @@ describe('chat completions against a simulated fleet', () => {
     const unknown = await post({ model: 'gpt-17', messages: [{ role: 'user', content: 'hi' }] });
     expect(unknown.status).toBe(404);
     expect(unknown.body.error.code).toBe('model-not-found');
-    const many = await post({ model: 'm', n: 2, messages: [{ role: 'user', content: 'hi' }] });
+    const many = await post({ model: 'm', n: 17, messages: [{ role: 'user', content: 'hi' }] });
     expect(many.status).toBe(400);
     expect(many.body.error.details[0].field).toBe('n');
     const conflict = await post({

@@ -3,6 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { uuidv7 } from '../../src/ids.js';
 import type { JobKind } from '../../src/jobs/kinds.js';
 import { sleepKind, sleepRoutes } from '../fixtures/sleep-kind.js';
+import { waitUntil } from '../helpers/process.js';
 import { startTestServer, type TestServer } from '../helpers/server.js';
 import { caseTitle, storeCases } from '../helpers/stores.js';
 
@@ -104,18 +105,51 @@ for (const storeCase of storeCases) {
       });
     });
 
-    it('sync that outlasts jobs.sync_timeout answers 202 with where to poll, and the job goes on', async () => {
+    it('sync stays sync past jobs.sync_timeout: the result, never a 202', async () => {
       const slow = await submit({ ms: 1500, mode: 'sync' }); // jobs.sync_timeout is 1 s
+      expect(slow.status).toBe(200);
+      expect(slow.body).toEqual({ slept: 1500, attempt: 1 });
+    });
+
+    it('Prefer: wait=N on an async submission: the result within N seconds, else 202 after N', async () => {
+      const started = Date.now();
+      const slow = await submit({ ms: 2000 }, { prefer: 'wait=1' });
+      const waited = Date.now() - started;
       expect(slow.status).toBe(202);
-      expect(slow.body).toMatchObject({
-        object: 'test.sleep.async',
-        status: 'running',
-        message: expect.stringMatching(/poll/),
-      });
-      expect(slow.headers.get('location')).toBe(slow.body.polling_url);
+      expect(slow.headers.get('preference-applied')).toBe('wait=1');
+      expect(waited).toBeGreaterThanOrEqual(950);
+      expect(waited).toBeLessThan(1900);
+      expect(slow.body).toMatchObject({ object: 'test.sleep.async', polling_url: expect.any(String) });
       expect(await settle(kiln, slow.body.id)).toMatchObject({
         status: 'completed',
-        result: { slept: 1500 },
+        result: { slept: 2000 },
+      });
+      const quick = await submit({ ms: 200 }, { prefer: 'respond-async, wait=1' });
+      expect(quick.status).toBe(200);
+      expect(quick.body).toEqual({ slept: 200, attempt: 1 });
+      // Capped at jobs.sync_timeout (1 s).
+      const capped = await submit({ ms: 1500 }, { prefer: 'wait=30' });
+      expect(capped.status).toBe(202);
+      expect(capped.headers.get('preference-applied')).toBe('wait=1');
+    });
+
+    it('a sync caller that goes away cancels its job', async () => {
+      const cancelledJobs = async () =>
+        (await kiln.call('GET', '/v1/jobs?status=cancelled&limit=100')).body.data.length as number;
+      const before = await cancelledJobs();
+      const controller = new AbortController();
+      const pending = fetch(`${kiln.url}/v1/test/sleep`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${kiln.adminKey}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ ms: 2000, mode: 'sync' }),
+        signal: controller.signal,
+      }).catch(() => undefined);
+      await new Promise((r) => setTimeout(r, 300));
+      controller.abort();
+      await pending;
+      await waitUntil(async () => (await cancelledJobs()) === before + 1, {
+        timeoutMs: 5000,
+        describe: () => 'the abandoned sync job cancelled',
       });
     });
 

@@ -19,20 +19,31 @@ import {
 } from './discovery.js';
 import { sseData } from './sse.js';
 
-/** The message an OpenAI-compatible server put in its error body, whatever its dialect. */
-function upstreamMessage(text: string): string {
+/**
+ * The message an OpenAI-compatible server put in its error body, whatever its dialect, and the
+ * other fields of its error object (`type`, `param`, llama.cpp's `n_prompt_tokens` and `n_ctx`, …).
+ */
+export function upstreamError(text: string): { message: string; fields: Record<string, unknown> } {
   try {
     const body = JSON.parse(text) as {
-      error?: { message?: string } | string;
+      error?: Record<string, unknown> | string;
       message?: string;
       detail?: unknown;
     };
-    if (typeof body.error === 'object' && body.error?.message) return body.error.message;
-    if (typeof body.error === 'string') return body.error;
-    if (body.message) return body.message;
-    if (body.detail) return typeof body.detail === 'string' ? body.detail : JSON.stringify(body.detail);
+    if (typeof body.error === 'object' && body.error !== null) {
+      const { message, code: _status, ...fields } = body.error;
+      if (typeof message === 'string' && message) return { message, fields };
+    }
+    if (typeof body.error === 'string') return { message: body.error, fields: {} };
+    if (body.message) return { message: body.message, fields: {} };
+    if (body.detail) {
+      return {
+        message: typeof body.detail === 'string' ? body.detail : JSON.stringify(body.detail),
+        fields: {},
+      };
+    }
   } catch {}
-  return text.slice(0, 500) || 'no error message';
+  return { message: text.slice(0, 500) || 'no error message', fields: {} };
 }
 
 /** undici's and the socket's failures, as engine errors. */
@@ -161,11 +172,13 @@ export class OpenAICompatibleAdapter implements EngineAdapter {
     return `${base}${path}`;
   }
 
+  /**
+   * Streams from the engine in every mode — engines notice a closed stream and stop generating, and
+   * do not notice a closed non-streaming request — and folds the stream into the completion, so a
+   * cancelled job stops the GPU whatever its mode. The caller's `onChunk` sees each chunk.
+   */
   async chat(replica: ReplicaTarget, call: ChatCall): Promise<ChatCompletion> {
-    const stream = call.onChunk !== undefined;
-    const body = stream
-      ? { ...call.body, stream: true, stream_options: { include_usage: true } }
-      : { ...call.body, stream: false };
+    const body = { ...call.body, stream: true, stream_options: { include_usage: true } };
     let response: Dispatcher.ResponseData;
     try {
       response = await this.#pool(replica).request({
@@ -173,7 +186,7 @@ export class OpenAICompatibleAdapter implements EngineAdapter {
         path: this.#path(replica, '/v1/chat/completions'),
         headers: {
           'content-type': 'application/json',
-          accept: stream ? 'text/event-stream' : 'application/json',
+          accept: 'text/event-stream',
           ...(replica.apiKey ? { authorization: `Bearer ${replica.apiKey}` } : {}),
         },
         body: JSON.stringify(body),
@@ -184,20 +197,28 @@ export class OpenAICompatibleAdapter implements EngineAdapter {
     }
     if (response.statusCode >= 400) {
       const text = await response.body.text().catch(() => '');
-      const message = `${replica.label} answered ${response.statusCode}: ${upstreamMessage(text)}`;
-      const kind = response.statusCode >= 500 || response.statusCode === 429 ? 'unavailable' : 'rejected';
-      const contextLength = kind === 'rejected' && isContextLengthError(text);
-      throw new EngineError(message, kind, true, response.statusCode, contextLength);
+      const { message, fields } = upstreamError(text);
+      const status = response.statusCode;
+      if (status >= 500 || status === 429) {
+        throw new EngineError(`${replica.label} answered ${status}: ${message}`, 'unavailable', true, status);
+      }
+      // The request's own fault: the engine's words, unprefixed, for the caller.
+      throw new EngineError(message, 'rejected', true, status, isContextLengthError(text), fields);
     }
-    if (!stream) {
+    const contentType = String(response.headers['content-type'] ?? '');
+    if (!contentType.includes('text/event-stream')) {
+      // An engine that ignored `stream: true` answered the whole completion at once.
       try {
-        return (await response.body.json()) as ChatCompletion;
+        const completion = (await response.body.json()) as ChatCompletion;
+        return completion;
       } catch (error) {
         throw asEngineError(error, replica, true);
       }
     }
     const assembler = new CompletionAssembler();
+    // Output counts once it reached the caller: a sync or async answer that breaks off may be retried.
     let sent = false;
+    let first = true;
     let done = false;
     try {
       for await (const data of sseData(response.body)) {
@@ -213,8 +234,14 @@ export class OpenAICompatibleAdapter implements EngineAdapter {
             !sent,
           );
         assembler.add(chunk);
-        call.onChunk?.(chunk);
-        sent = true;
+        if (first) {
+          first = false;
+          call.onFirstChunk?.();
+        }
+        if (call.onChunk) {
+          call.onChunk(chunk);
+          sent = true;
+        }
       }
     } catch (error) {
       throw asEngineError(error, replica, !sent);

@@ -7,44 +7,93 @@ interface ToolCallDelta {
   function?: { name?: string; arguments?: string };
 }
 
-/** Folds stream chunks into the `chat.completion` a non-stream call would have answered. */
+interface ChoiceState {
+  message: ChatMessage & { content: string | null };
+  finish_reason: string | null;
+  tools: ToolCallDelta[];
+  /** `logprobs.content` (and `refusal`) entries, in order; null until a chunk carries logprobs. */
+  logprobs: { content: unknown[]; refusal: unknown[] } | null;
+  /** Other per-choice fields an engine sends (`stop_reason`, …), last value wins. */
+  extra: Record<string, unknown>;
+}
+
+/** Delta fields that are text to concatenate, beyond `content`: reasoning models' and refusals. */
+const TEXT_FIELDS = ['reasoning_content', 'reasoning', 'refusal'] as const;
+const CHUNK_ONLY = new Set(['id', 'object', 'created', 'model', 'choices', 'usage']);
+
+/**
+ * Folds stream chunks into the `chat.completion` a non-stream call would have answered, keeping
+ * every field the engine sent: every choice (n > 1), tool calls, logprobs, reasoning content,
+ * refusals, `system_fingerprint`, usage with its details, llama.cpp's `timings`.
+ */
 export class CompletionAssembler {
   #id = '';
   #created = 0;
   #model = '';
   #usage: ChatCompletion['usage'];
-  readonly #choices = new Map<
-    number,
-    { message: ChatMessage & { content: string }; finish_reason: string | null; tools: ToolCallDelta[] }
-  >();
+  /** Top-level fields beyond the chunk's own (`system_fingerprint`, `timings`, …), last value wins. */
+  readonly #extra: Record<string, unknown> = {};
+  readonly #choices = new Map<number, ChoiceState>();
 
   add(chunk: ChatChunk): void {
     this.#id ||= chunk.id;
     this.#created ||= chunk.created;
     this.#model ||= chunk.model;
     if (chunk.usage) this.#usage = chunk.usage;
-    for (const choice of chunk.choices ?? []) {
-      let state = this.#choices.get(choice.index);
-      if (!state) {
-        state = { message: { role: 'assistant', content: '' }, finish_reason: null, tools: [] };
-        this.#choices.set(choice.index, state);
+    for (const [key, value] of Object.entries(chunk)) {
+      if (!CHUNK_ONLY.has(key) && value !== undefined) this.#extra[key] = value;
+    }
+    for (const choice of chunk.choices ?? []) this.#addChoice(choice);
+  }
+
+  #addChoice(choice: ChatChunk['choices'][number]): void {
+    let state = this.#choices.get(choice.index);
+    if (!state) {
+      state = {
+        message: { role: 'assistant', content: null },
+        finish_reason: null,
+        tools: [],
+        logprobs: null,
+        extra: {},
+      };
+      this.#choices.set(choice.index, state);
+    }
+    const delta = choice.delta ?? {};
+    for (const [key, value] of Object.entries(delta)) {
+      if (key === 'role' && typeof value === 'string') state.message.role = value;
+      else if (key === 'content') {
+        if (typeof value === 'string') state.message.content = (state.message.content ?? '') + value;
+      } else if ((TEXT_FIELDS as readonly string[]).includes(key)) {
+        if (typeof value === 'string') state.message[key] = String(state.message[key] ?? '') + value;
+      } else if (key === 'tool_calls') this.#addToolCalls(state, value as ToolCallDelta[] | undefined);
+      else if (value !== undefined && value !== null) state.message[key] = value;
+    }
+    const logprobs = choice.logprobs as { content?: unknown; refusal?: unknown } | null | undefined;
+    if (logprobs) {
+      state.logprobs ??= { content: [], refusal: [] };
+      if (Array.isArray(logprobs.content)) state.logprobs.content.push(...logprobs.content);
+      if (Array.isArray(logprobs.refusal)) state.logprobs.refusal.push(...logprobs.refusal);
+    }
+    for (const [key, value] of Object.entries(choice)) {
+      if (!['index', 'delta', 'finish_reason', 'logprobs'].includes(key) && value !== undefined) {
+        state.extra[key] = value;
       }
-      const delta = choice.delta ?? {};
-      if (typeof delta.role === 'string') state.message.role = delta.role;
-      if (typeof delta.content === 'string') state.message.content += delta.content;
-      for (const call of (delta.tool_calls as ToolCallDelta[] | undefined) ?? []) {
-        let into = state.tools[call.index];
-        if (!into) {
-          into = { index: call.index, function: { name: '', arguments: '' } };
-          state.tools[call.index] = into;
-        }
-        if (call.id) into.id = call.id;
-        if (call.type) into.type = call.type;
-        if (call.function?.name) (into.function as { name: string }).name += call.function.name;
-        if (call.function?.arguments)
-          (into.function as { arguments: string }).arguments += call.function.arguments;
+    }
+    if (choice.finish_reason) state.finish_reason = choice.finish_reason;
+  }
+
+  #addToolCalls(state: ChoiceState, calls: ToolCallDelta[] | undefined): void {
+    for (const call of calls ?? []) {
+      let into = state.tools[call.index];
+      if (!into) {
+        into = { index: call.index, function: { name: '', arguments: '' } };
+        state.tools[call.index] = into;
       }
-      if (choice.finish_reason) state.finish_reason = choice.finish_reason;
+      if (call.id) into.id = call.id;
+      if (call.type) into.type = call.type;
+      if (call.function?.name) (into.function as { name: string }).name += call.function.name;
+      if (call.function?.arguments)
+        (into.function as { arguments: string }).arguments += call.function.arguments;
     }
   }
 
@@ -56,18 +105,24 @@ export class CompletionAssembler {
       model: this.#model,
       choices: [...this.#choices.entries()]
         .sort(([a], [b]) => a - b)
-        .map(([index, { message, finish_reason, tools }]) => ({
+        .map(([index, { message, finish_reason, tools, logprobs, extra }]) => ({
           index,
-          message: tools.length
-            ? {
-                ...message,
-                tool_calls: tools.map(({ index: _i, ...call }) => ({ type: 'function', ...call })),
-              }
-            : message,
+          message: {
+            ...message,
+            // A choice that produced no text (only tool calls) has null content, as non-streams answer.
+            content: message.content ?? (tools.length ? null : ''),
+            ...(tools.length
+              ? { tool_calls: tools.map(({ index: _i, ...call }) => ({ type: 'function', ...call })) }
+              : {}),
+          },
           finish_reason,
-          logprobs: null,
+          logprobs: logprobs
+            ? { content: logprobs.content, ...(logprobs.refusal.length ? { refusal: logprobs.refusal } : {}) }
+            : null,
+          ...extra,
         })),
       ...(this.#usage ? { usage: this.#usage } : {}),
+      ...this.#extra,
     };
   }
 }

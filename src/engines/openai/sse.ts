@@ -1,8 +1,12 @@
-/** Splits a text/event-stream body into the `data:` payloads of its events, as they complete. */
+/**
+ * Splits a text/event-stream body into the `data:` payloads of its events, as they complete. Bytes
+ * are decoded as one UTF-8 stream, so a character split across two network reads stays whole.
+ */
 export async function* sseData(body: AsyncIterable<Buffer | string>): AsyncGenerator<string> {
+  const decoder = new TextDecoder('utf-8');
   let buffered = '';
   for await (const piece of body) {
-    buffered += typeof piece === 'string' ? piece : piece.toString('utf8');
+    buffered += typeof piece === 'string' ? piece : decoder.decode(piece, { stream: true });
     let end = buffered.search(/\r?\n\r?\n/);
     while (end !== -1) {
       const event = buffered.slice(0, end);
