@@ -14,8 +14,6 @@ export interface ChatSubmission {
   status: string;
   polling_url: string;
   created: number;
-  /** Set when a sync request outlasted `jobs.sync_timeout` and was answered 202. */
-  message?: string;
 }
 
 /** Options of a call that creates a job. */

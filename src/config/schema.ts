@@ -91,7 +91,7 @@ export const ConfigSchema = Type.Object(
           description: 'runs per job before worker-lost',
         }),
         retention: Duration('7d', 'how long terminal jobs and results are kept (then 410)'),
-        sync_timeout: Duration('5m', 'longest a sync request waits before answering 202 with where to poll'),
+        sync_timeout: Duration('5m', 'longest `Prefer: wait=N` an async submission is answered after'),
       },
       { default: {}, additionalProperties: false },
     ),
