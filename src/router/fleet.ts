@@ -176,7 +176,9 @@ export class Fleet {
             if (healthy) this.#lostCache(replica);
             if (healthy) this.#wake();
           }
-          if (healthy && replica.contextTokens === undefined) await this.#discoverContext(replica);
+          if (healthy && !replica.config.overflow && replica.contextTokens === undefined) {
+            await this.#discoverContext(replica);
+          }
         }),
       );
     };
@@ -201,7 +203,8 @@ export class Fleet {
 
   /** Reads the engine's own load, KV capacity and lifetime counter from its metrics. */
   async #probe(replica: Replica): Promise<void> {
-    if (!replica.healthy) return;
+    // Overflow capacity (a cloud API) is not ours to scrape, and routes no prefixes.
+    if (!replica.healthy || replica.config.overflow) return;
     const probe = await replica.adapter.probe(replica, 1000).catch(() => ({}) as Record<string, never>);
     replica.engineLoad = probe.load;
     if (probe.kvCapacityTokens !== undefined) replica.discoveredKvTokens = probe.kvCapacityTokens;
