@@ -67,12 +67,16 @@ export function simCommands(program: Command): void {
     )
     .option('--replicas <n>', 'how many servers to start', integer(1), 1)
     .option('--model <id>', 'served model id (default sim-llama-3-8b)')
-    .option('--max-sequences <n>', 'requests decoded at once; more wait in a queue (default 8)', integer(1))
+    .option(
+      '--max-sequences <n>',
+      'requests running at once (prefilled one at a time, decoded side by side); more wait in a queue (default 8)',
+      integer(1),
+    )
     .option('--kv-blocks <n>', 'prefix-cache capacity in KV blocks, LRU (default 1024)', integer(0))
     .option('--block-tokens <n>', 'tokens per KV block (default 16)', integer(1))
     .option(
       '--prefill-ms-per-token <ms>',
-      'prefill time per uncached prompt token (default 0.05)',
+      'prefill time per uncached prompt token; one prefill at a time per replica (default 0.05)',
       milliseconds,
     )
     .option('--decode-ms-per-token <ms>', 'decode time per output token (default 5)', milliseconds)

@@ -9,7 +9,10 @@ describe('kiln sim llm', () => {
   it('prints one URL per replica, serves on each, and exits 0 on SIGTERM', async () => {
     const sim = spawnKiln(
       {},
-      ['sim', 'llm', '--port', '0', '--replicas', '2', '--model', 'rehearsal', '--decode-ms-per-token', '1'],
+      [
+        ...['sim', 'llm', '--port', '0', '--replicas', '2', '--model', 'rehearsal'],
+        ...['--decode-ms-per-token', '1', '--kv-blocks', '64', '--block-tokens', '32'],
+      ],
       SCRIPT,
     );
     await sim.waitForLine(() => sim.lines.length >= 2);
@@ -31,6 +34,11 @@ describe('kiln sim llm', () => {
       expect(((await res.json()) as any).usage.completion_tokens).toBe(3);
     }
     expect(sim.output()).toMatch(/2 replica\(s\) serving rehearsal/);
+    // The KV flags reach each engine: a router reads them from vLLM's cache_config_info.
+    const metrics = await (await fetch(`${urls[1]}/metrics`)).text();
+    expect(metrics.split('\n')).toContain(
+      'vllm:cache_config_info{block_size="32",num_gpu_blocks="64",model_name="rehearsal"} 1',
+    );
 
     sim.child.kill('SIGTERM');
     expect(await sim.exited).toEqual({ code: 0, signal: null });

@@ -1,7 +1,9 @@
+import { request } from 'node:http';
 import { connect, createServer } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type LlmSim, type LlmSimOptions, startLlmFleet, startLlmSim } from '../../src/sim/llm/server.js';
+import { countTokens, tokenize } from '../../src/sim/llm/text.js';
 
 const MODEL = 'sim-llama-3-8b';
 
@@ -61,12 +63,24 @@ async function streamText(
   return { status: res.status, text: await res.text() };
 }
 
+/** The value of the series `name` (its labels, if any, ignored). */
 async function metric(sim: LlmSim, name: string): Promise<number> {
   const text = await (await fetch(`${sim.url}/metrics`)).text();
-  const line = text.split('\n').find((l) => l.startsWith(`${name} `));
+  const line = text.split('\n').find((l) => l.startsWith(`${name} `) || l.startsWith(`${name}{`));
   if (!line) throw new Error(`no ${name} in\n${text}`);
-  return Number(line.slice(name.length + 1));
+  return Number(line.slice(line.lastIndexOf(' ') + 1));
 }
+
+/** Waits (polling) until `condition` holds, so that a test sets up an order without guessing times. */
+async function until(condition: () => boolean, timeoutMs = 3000): Promise<void> {
+  const started = performance.now();
+  while (!condition()) {
+    if (performance.now() - started > timeoutMs) throw new Error('the condition never held');
+    await sleep(2);
+  }
+}
+
+const sum = (values: number[]) => values.reduce((total, value) => total + value, 0);
 
 /** Whether a plain TCP connect to the port is refused. */
 function refused(port: number): Promise<boolean> {
@@ -99,7 +113,7 @@ describe('LLM simulator: the OpenAI wire protocol', () => {
   });
   afterAll(async () => sim?.close());
 
-  it('answers a chat.completion whose usage follows the documented 4-characters-per-token rule', async () => {
+  it('answers a chat.completion whose usage counts tokens by the documented rule', async () => {
     const messages = [
       { role: 'system', content: 'You are terse.' },
       {
@@ -126,9 +140,9 @@ describe('LLM simulator: the OpenAI wire protocol', () => {
         },
       ],
       usage: {
-        prompt_tokens: Math.ceil(
-          '<|system|>You are terse.\n<|user|>Name three\nglazes.\n<|assistant|>'.length / 4,
-        ),
+        // '<|system|>You are terse.\n<|user|>Name three\nglazes.\n<|assistant|>' is < | syst em | >
+        // You ␣are ␣ters e . \n < | user | > Name ␣thre e \n glaz es . \n < | assi stan t | >.
+        prompt_tokens: 32,
         completion_tokens: 7,
         total_tokens: body.usage.prompt_tokens + 7,
         prompt_tokens_details: { cached_tokens: 0 },
@@ -179,13 +193,15 @@ describe('LLM simulator: the OpenAI wire protocol', () => {
     for (const c of contents) expect(c).toEqual(chunk({ content: expect.any(String) }, null));
     expect(contents.map((c) => c.choices[0].delta.content).join('')).toBe(whole.choices[0].message.content);
     expect(rest[5]).toEqual(chunk({}, 'length'));
+    // The same usage, except that the prompt's first block (of 17 tokens, 16) is now in the cache.
+    expect(whole.usage.prompt_tokens).toBe(17);
     expect(rest[6]).toEqual({
       id: role.id,
       object: 'chat.completion.chunk',
       created: role.created,
       model: MODEL,
       choices: [],
-      usage: whole.usage,
+      usage: { ...whole.usage, prompt_tokens_details: { cached_tokens: 16 } },
     });
     expect(rest[7]).toBe('[DONE]');
 
@@ -254,13 +270,13 @@ describe('LLM simulator: the OpenAI wire protocol', () => {
       error: { message: 'The model `gpt-9` does not exist.', type: 'NotFoundError', param: null, code: 404 },
     });
 
-    // contextWindow is 1000 tokens: 4000 characters of prompt are over it.
+    // contextWindow is 1000 tokens: 4000 letters are 1000 tokens, and the template adds 13.
     const long = await chat(sim, ask('x'.repeat(4000)));
     expect(long.status).toBe(400);
     expect(long.body).toEqual(
       error(
         400,
-        /^This model's maximum context length is 1000 tokens\. However, your request has 100\d input tokens/,
+        /^This model's maximum context length is 1000 tokens\. However, your request has 1013 input tokens/,
       ),
     );
     expect(long.body.error.type).toBe('BadRequestError');
@@ -290,6 +306,164 @@ describe('LLM simulator: the OpenAI wire protocol', () => {
   });
 });
 
+describe('LLM simulator: tokens', () => {
+  let sim: LlmSim;
+  beforeAll(async () => {
+    sim = await startLlmSim({ decodeMsPerToken: 0, contextWindow: 1000 });
+  });
+  afterAll(async () => sim?.close());
+
+  it('tokenizes by the documented rule: the pieces join back into the text, and counting agrees', () => {
+    expect(tokenize('Hello there, 2025 kilns!\n\n  日本😀')).toEqual([
+      'Hell',
+      'o',
+      ' ther',
+      'e',
+      ',',
+      ' ',
+      '2',
+      '0',
+      '2',
+      '5',
+      ' kiln',
+      's',
+      '!',
+      '\n\n  ',
+      '日',
+      '本',
+      '😀',
+    ]);
+    // The rule as the regular expression the docs give, against random text of every kind.
+    const reference = / ?[A-Za-z]{1,4}|[0-9]|[\t-\r ]+|./gsu;
+    const alphabet = [
+      'a',
+      'Q',
+      'z',
+      ' ',
+      ' ',
+      '\n',
+      '\t',
+      '\r',
+      '7',
+      '.',
+      '-',
+      'é',
+      '日',
+      '😀',
+      '\ud800',
+      '\u00a0',
+    ];
+    let seed = 42;
+    const next = (below: number) => {
+      seed = (Math.imul(seed, 1103515245) + 12345) >>> 0;
+      return (seed >>> 8) % below;
+    };
+    for (let n = 0; n < 500; n++) {
+      let text = '';
+      for (let i = next(80); i > 0; i--) text += alphabet[next(alphabet.length)];
+      const pieces = tokenize(text);
+      expect(pieces.join('')).toBe(text);
+      expect(pieces).toEqual(text.match(reference) ?? []);
+      expect(countTokens(text)).toBe(pieces.length);
+    }
+  });
+
+  it('counts English prose at 3 to 4.5 characters a token, and digits, punctuation and CJK at one', () => {
+    const prose =
+      'The kiln was fired slowly through the night, and by morning the glaze had settled into a ' +
+      'deep, even blue across every bowl on the upper shelf. Nobody had expected the iron in the ' +
+      'clay to come through so strongly, but the potters agreed that it was the best firing of the year.';
+    const ratio = prose.length / countTokens(prose);
+    expect(ratio).toBeGreaterThan(3);
+    expect(ratio).toBeLessThan(4.5);
+    expect(countTokens('31415926535897')).toBe(14);
+    expect(countTokens('!?;:()[]{}')).toBe(10);
+    const japanese = '陶芸の窯は一晩中ゆっくり焼かれた';
+    expect(countTokens(japanese)).toBe([...japanese].length);
+    expect(countTokens('🔥🏺🔥')).toBe(3); // one token per code point, not per UTF-16 unit
+    // Fast enough for benchmarks: a megabyte in well under a second (no quadratic work).
+    const started = performance.now();
+    expect(countTokens(prose.repeat(4000))).toBe(countTokens(prose) * 4000);
+    expect(performance.now() - started).toBeLessThan(1000);
+  });
+
+  it('POST /tokenize counts chat messages exactly as the chat completion reports prompt_tokens', async () => {
+    const messages = [
+      { role: 'system', content: 'You are the support assistant of Acme. Answer in 3 sentences.' },
+      { role: 'user', content: [{ type: 'text', text: 'How hot does a kiln get? 日本語で。' }] },
+    ];
+    const counted = await post(sim, '/tokenize', { model: MODEL, messages });
+    expect(counted.status).toBe(200);
+    expect(counted.body).toEqual({
+      count: expect.any(Number),
+      max_model_len: 1000,
+      tokens: expect.any(Array),
+    });
+    expect(counted.body.tokens).toHaveLength(counted.body.count);
+    for (const id of counted.body.tokens) expect(Number.isInteger(id) && id >= 0 && id < 128_000).toBe(true);
+    const answered = await chat(sim, { messages, max_tokens: 1 });
+    expect(answered.body.usage.prompt_tokens).toBe(counted.body.count);
+
+    // Without the generation prompt, the assistant's opening (`<|assistant|>`: 7 tokens) is left out.
+    const open = await post(sim, '/tokenize', { messages, add_generation_prompt: false });
+    expect(open.body.tokens).toEqual(counted.body.tokens.slice(0, -7));
+
+    // Raw text, its pieces on request; the same piece always has the same id.
+    const hello = await post(sim, '/tokenize', { prompt: 'Hello world', return_token_strs: true });
+    expect(hello).toMatchObject({
+      status: 200,
+      body: { count: 4, max_model_len: 1000, token_strs: ['Hell', 'o', ' worl', 'd'] },
+    });
+    expect((await post(sim, '/tokenize', { prompt: 'Hello world' })).body).toEqual({
+      count: 4,
+      max_model_len: 1000,
+      tokens: hello.body.tokens,
+    });
+    const again = await post(sim, '/tokenize', { prompt: 'Hell-o!' });
+    expect([again.body.tokens[0], again.body.tokens[2]]).toEqual(hello.body.tokens.slice(0, 2));
+
+    // llama.cpp's shape.
+    expect((await post(sim, '/tokenize', { content: 'Hello world' })).body).toEqual({
+      tokens: hello.body.tokens,
+    });
+    const pieces = await post(sim, '/tokenize', { content: 'Hello world', with_pieces: true });
+    expect(pieces.body).toEqual({
+      tokens: hello.body.tokens.map((id: number, i: number) => ({ id, piece: hello.body.token_strs[i] })),
+    });
+    // Counting is not queueing: /tokenize leaves the engine alone.
+    expect(sim.stats().requests).toBe(1);
+  });
+
+  it('POST /tokenize refuses an unknown model as chat does, and bad bodies with a vLLM 400', async () => {
+    const unknown = await post(sim, '/tokenize', { model: 'gpt-9', prompt: 'hi' });
+    expect(unknown.status).toBe(404);
+    expect(unknown.body).toEqual((await chat(sim, ask('hi', { model: 'gpt-9' }))).body);
+
+    const messages = [{ role: 'user', content: 'hi' }];
+    const cases: [unknown, string][] = [
+      [{}, 'prompt'],
+      [{ prompt: 5 }, 'prompt'],
+      [{ prompt: 'hi', messages }, 'prompt'],
+      [{ messages: [] }, 'messages'],
+      [{ messages: [{ content: 'no role' }] }, 'messages'],
+      [{ messages, add_generation_prompt: 'yes' }, 'add_generation_prompt'],
+      [{ prompt: 'hi', return_token_strs: 1 }, 'return_token_strs'],
+      [{ content: ['hi'] }, 'content'],
+      [{ model: 3, prompt: 'hi' }, 'model'],
+      [['hi'], 'body'],
+    ];
+    for (const [body, param] of cases) {
+      const answer = await post(sim, '/tokenize', body);
+      expect(answer.status, JSON.stringify(body)).toBe(400);
+      expect(answer.body, JSON.stringify(body)).toEqual({
+        error: { message: expect.any(String), type: 'BadRequestError', param, code: 400 },
+      });
+    }
+    expect((await post(sim, '/tokenize', '{"prompt": ')).status).toBe(400);
+    expect((await fetch(`${sim.url}/tokenize`)).status).toBe(405);
+  });
+});
+
 describe('LLM simulator: the engine model', () => {
   it('caches prompt prefixes: a repeated long system prompt hits the cache, and prefills faster', async () => {
     await withSim({ prefillMsPerToken: 0.5, decodeMsPerToken: 1 }, async (sim) => {
@@ -309,14 +483,14 @@ describe('LLM simulator: the engine model', () => {
       expect(first.body.usage.prompt_tokens).toBeGreaterThan(500);
       expect(afterFirst).toMatchObject({ requests: 1, prefixHits: 0, running: 0, waiting: 0 });
       expect(afterFirst.prefixMisses).toBe(Math.floor(first.body.usage.prompt_tokens / 16));
-      // The system prompt is 2000 of the ~2030 characters: every block of it is shared.
+      // `<|system|>` and the system prompt are 640 of the 659 tokens: their 40 blocks are shared.
       const hits = afterSecond.prefixHits;
-      expect(hits).toBeGreaterThanOrEqual(Math.floor(2000 / 64));
+      expect(hits).toBe(40);
       expect(second.body.usage.prompt_tokens_details.cached_tokens).toBe(hits * 16);
       expect(afterSecond.prefixMisses - afterFirst.prefixMisses).toBe(
         Math.floor(second.body.usage.prompt_tokens / 16) - hits,
       );
-      // ~255 ms of prefill at 0.5 ms per token, against ~10 ms for the uncached tail.
+      // ~330 ms of prefill at 0.5 ms per token, against ~10 ms for the uncached tail.
       expect(first.ms).toBeGreaterThan(240);
       expect(second.ms).toBeLessThan(first.ms - 150);
 
@@ -355,14 +529,149 @@ describe('LLM simulator: the engine model', () => {
         expect(text).toMatch(new RegExp(`^${name} 0$`, 'm'));
       }
       expect(text).toMatch(/^# HELP kiln_sim_prefix_cache_hits_total .*in blocks/m);
+      // vLLM's names beside them, each labelled with the served model.
+      const vllm: Record<string, [string, string]> = {
+        'vllm:num_requests_running': ['gauge', '0'],
+        'vllm:num_requests_waiting': ['gauge', '0'],
+        'vllm:gpu_cache_usage_perc': ['gauge', '0'],
+        'vllm:prefix_cache_queries_total': ['counter', '0'],
+        'vllm:prefix_cache_hits_total': ['counter', '0'],
+      };
+      for (const [name, [type, value]] of Object.entries(vllm)) {
+        expect(text).toMatch(new RegExp(`^# HELP ${name} \\S.*$`, 'm'));
+        expect(text).toMatch(new RegExp(`^# TYPE ${name} ${type}$`, 'm'));
+        expect(text.split('\n')).toContain(`${name}{model_name="${MODEL}"} ${value}`);
+      }
+      expect(text).toMatch(/^# TYPE vllm:cache_config_info gauge$/m);
+      expect(text.split('\n')).toContain(
+        `vllm:cache_config_info{block_size="16",num_gpu_blocks="1024",model_name="${MODEL}"} 1`,
+      );
       for (const line of text.trimEnd().split('\n')) {
-        expect(line).toMatch(/^(# (HELP|TYPE) [a-z_]+ .+|[a-z_]+ \d+)$/);
+        expect(line).toMatch(
+          /^(# (HELP|TYPE) [a-z_:]+ .+|[a-z_:]+(\{[a-z_]+="[^"]*"(,[a-z_]+="[^"]*")*\})? [\d.e+-]+)$/,
+        );
       }
     });
   });
 
+  it('empties the prefix cache on POST /reset_prefix_cache, and on resetPrefixCache() in process', async () => {
+    await withSim({ decodeMsPerToken: 0 }, async (sim) => {
+      const request = ask('Glaze the bowls evenly. '.repeat(40), { max_tokens: 1 });
+      const cached = async () => (await chat(sim, request)).body.usage.prompt_tokens_details.cached_tokens;
+      expect(await cached()).toBe(0);
+      expect(await cached()).toBeGreaterThan(0);
+      const reset = await post(sim, '/reset_prefix_cache', '');
+      expect([reset.status, reset.body]).toEqual([200, undefined]);
+      expect(await metric(sim, 'kiln_sim_prefix_cache_blocks')).toBe(0);
+      expect(await cached()).toBe(0);
+      expect(await cached()).toBeGreaterThan(0);
+      sim.resetPrefixCache();
+      expect(sim.stats().cachedBlocks).toBe(0);
+      expect(await cached()).toBe(0);
+      expect((await fetch(`${sim.url}/reset_prefix_cache`)).status).toBe(405);
+    });
+  });
+
+  it("counts vLLM's prefix-cache queries and hits in tokens: the sums of prompt_tokens and cached_tokens", async () => {
+    await withSim({ decodeMsPerToken: 0, kvBlocks: 64 }, async (sim) => {
+      const system = {
+        role: 'system',
+        content: 'Answer as the glaze chemist of a small pottery. '.repeat(20),
+      };
+      const question = (content: string) => ({
+        messages: [system, { role: 'user', content }],
+        max_tokens: 2,
+      });
+      const usages = [];
+      for (const content of ['Why did it crawl?', 'Why did it craze?', 'Is it food safe?']) {
+        usages.push((await chat(sim, question(content))).body.usage);
+      }
+      usages.push((await chat(sim, ask('Something else entirely.', { max_tokens: 2 }))).body.usage);
+      const streamed = await streamText(sim, {
+        ...question('And streamed?'),
+        stream_options: { include_usage: true },
+      });
+      usages.push(events(streamed.text).at(-2).usage);
+
+      const cached = usages.map((u) => u.prompt_tokens_details.cached_tokens as number);
+      // The system prompt's blocks, computed by the first request, supply the 2nd, 3rd and the stream.
+      expect(cached.map((c) => c > 0)).toEqual([false, true, true, false, true]);
+      expect(await metric(sim, 'vllm:prefix_cache_hits_total')).toBe(sum(cached));
+      expect(await metric(sim, 'vllm:prefix_cache_queries_total')).toBe(
+        sum(usages.map((u) => u.prompt_tokens)),
+      );
+      expect(sim.stats().prefixHitTokens).toBe(sum(cached));
+      const blocks = await metric(sim, 'kiln_sim_prefix_cache_blocks');
+      expect(blocks).toBeGreaterThan(16);
+      expect(await metric(sim, 'vllm:gpu_cache_usage_perc')).toBeCloseTo(blocks / 64, 10);
+    });
+  });
+
+  // 2400 letters are 600 tokens; with the template, 613 tokens to prefill.
+  const long = (letter: string) => ask(letter.repeat(2400), { max_tokens: 1 });
+
+  it('prefills one request at a time: two long uncached prompts together take twice as long as one', async () => {
+    await withSim({ prefillMsPerToken: 1, decodeMsPerToken: 0 }, async (sim) => {
+      const prefill = 613;
+      const single = await chat(sim, long('a'));
+      expect(single.body.usage).toMatchObject({
+        prompt_tokens: 613,
+        prompt_tokens_details: { cached_tokens: 0 },
+      });
+      expect(single.ms).toBeGreaterThan(prefill * 0.95);
+
+      const pair = await Promise.all([chat(sim, long('b')), chat(sim, long('c'))]);
+      for (const answer of pair) expect(answer.body.usage.prompt_tokens_details.cached_tokens).toBe(0);
+      const [faster, slower] = pair.map((answer) => answer.ms).sort((x, y) => x - y) as [number, number];
+      // Side by side both would end after one prefill; in one lane the second waits for the first.
+      expect(slower).toBeGreaterThan(prefill * 2 * 0.95);
+      expect(faster).toBeLessThan(slower * 0.75);
+    });
+  });
+
+  it('matches the prefix cache when a prefill starts: a request queued behind one with the same prefix reuses its blocks', async () => {
+    await withSim({ prefillMsPerToken: 1, decodeMsPerToken: 0 }, async (sim) => {
+      const system = { role: 'system', content: 'glaze '.repeat(300) };
+      const request = (content: string) => ({ messages: [system, { role: 'user', content }], max_tokens: 1 });
+      const pair = await Promise.all([chat(sim, request('First?')), chat(sim, request('Second?'))]);
+      const cached = (answer: Answer): number => answer.body.usage.prompt_tokens_details.cached_tokens;
+      // Whichever took the lane first computed the shared blocks; the other found them.
+      const [first, second] = pair.sort((x, y) => cached(x) - cached(y)) as [Answer, Answer];
+      const prefill = first.body.usage.prompt_tokens; // ms, at 1 ms a token
+      expect(cached(first)).toBe(0);
+      expect(cached(second)).toBeGreaterThan(prefill - 32);
+      expect(first.ms).toBeGreaterThan(prefill * 0.95);
+      // The second prefills only its uncached tail after the first: far less than two whole prefills.
+      expect(second.ms).toBeLessThan(prefill * 1.5);
+    });
+  });
+
+  it('a request that gives up while queued for the prefill lane leaves without using its time', async () => {
+    await withSim({ prefillMsPerToken: 1, decodeMsPerToken: 0 }, async (sim) => {
+      const prefill = 613;
+      const started = performance.now();
+      const endOf = (answer: Promise<Answer>) => answer.then(() => performance.now() - started);
+      const first = endOf(chat(sim, long('a')));
+      await until(() => sim.stats().running === 1);
+      const quitter = new AbortController();
+      const second = chat(sim, long('b'), { signal: quitter.signal });
+      await until(() => sim.stats().prefillWaiting === 1);
+      const third = endOf(chat(sim, long('c')));
+      await until(() => sim.stats().prefillWaiting === 2);
+      quitter.abort();
+      await expect(second).rejects.toMatchObject({ name: 'AbortError' });
+      const [a, c] = await Promise.all([first, third]);
+      // The third prefills after the first, and ends about two prefills after the first began:
+      // not three, as it would if the second had kept its place.
+      expect(c).toBeGreaterThan(prefill * 2 * 0.95);
+      expect(c).toBeGreaterThan(a);
+      expect(c).toBeLessThan(prefill * 2.5);
+      expect(sim.stats()).toMatchObject({ running: 0, prefillWaiting: 0 });
+    });
+  });
+
   it('evicts the least recently used blocks when the cache is full', async () => {
-    // 222-character prompts: 56 tokens, 3 full blocks of 16 tokens each.
+    // 63-token prompts (200 letters are 50 tokens, the template 13): 3 full blocks of 16 tokens.
     const a = ask('a'.repeat(200), { max_tokens: 1 });
     const b = ask('b'.repeat(200), { max_tokens: 1 });
     const hitsOfA = async (sim: LlmSim) => {
@@ -388,24 +697,27 @@ describe('LLM simulator: the engine model', () => {
   it('batches at most maxSequences requests; the others queue and finish about one latency later', async () => {
     await withSim({ maxSequences: 2, decodeMsPerToken: 10 }, async (sim) => {
       const request = (i: number) => ask(`request ${i}`, { max_tokens: 20 });
-      const single = (await chat(sim, request(0))).ms; // ~190 ms of decode
-      expect(single).toBeGreaterThan(180);
+      const decode = 190; // 19 tokens after the first, 10 ms each
+      const single = (await chat(sim, request(0))).ms;
+      expect(single).toBeGreaterThan(decode * 0.95);
 
       const running = Promise.all([1, 2, 3, 4].map((i) => chat(sim, request(i))));
-      await sleep(60);
+      await until(() => sim.stats().requests === 5);
       expect(sim.stats()).toMatchObject({ running: 2, waiting: 2 });
       expect(await metric(sim, 'kiln_sim_requests_running')).toBe(2);
       expect(await metric(sim, 'kiln_sim_requests_waiting')).toBe(2);
+      expect(await metric(sim, 'vllm:num_requests_running')).toBe(2);
+      expect(await metric(sim, 'vllm:num_requests_waiting')).toBe(2);
       const answers = await running;
       expect(answers.map((a) => a.status)).toEqual([200, 200, 200, 200]);
 
       const ms = answers.map((a) => a.ms).sort((x, y) => x - y);
       const [first, second, third, fourth] = ms as [number, number, number, number];
       expect(second).toBeLessThan(single * 1.5);
-      expect(third).toBeGreaterThan(single * 1.7);
-      expect(fourth).toBeGreaterThan(single * 1.7);
-      expect(third - second).toBeGreaterThan(single * 0.7);
-      expect(first).toBeGreaterThan(single * 0.8);
+      expect(third).toBeGreaterThan(decode * 2 * 0.95);
+      expect(fourth).toBeGreaterThan(decode * 2 * 0.95);
+      expect(third - second).toBeGreaterThan(decode * 0.7);
+      expect(first).toBeGreaterThan(decode * 0.95);
       expect(sim.stats()).toMatchObject({ requests: 5, running: 0, waiting: 0, generationTokens: 100 });
     });
   });
@@ -426,12 +738,12 @@ describe('LLM simulator: the engine model', () => {
           arrivals.push(performance.now());
         text += piece;
       }
-      const total = performance.now() - started;
       expect(events(text).at(-1)).toBe('[DONE]');
-      // Ten tokens: the first at the end of prefill, then one every 20 ms, so ~180 ms from first to last.
+      // Ten tokens: the first at the end of prefill, then one every 20 ms, so ~180 ms from first to
+      // last (less when a busy machine runs late on the first: the schedule does not slip).
       expect(arrivals.length).toBeGreaterThanOrEqual(5);
-      expect((arrivals.at(-1) as number) - (arrivals[0] as number)).toBeGreaterThan(140);
-      expect((arrivals[0] as number) - started).toBeLessThan(total * 0.5);
+      expect((arrivals.at(-1) as number) - (arrivals[0] as number)).toBeGreaterThan(100);
+      expect((arrivals.at(-1) as number) - started).toBeGreaterThan(175);
     });
   });
 });
@@ -467,21 +779,23 @@ describe('LLM simulator: faults', () => {
 
   it('drop-mid-stream: the stream ends abruptly after N events, without [DONE]', async () => {
     await sim.setFault({ kind: 'drop-mid-stream', afterChunks: 3 });
-    const res = await fetch(`${sim.url}/v1/chat/completions`, {
-      method: 'POST',
-      body: JSON.stringify({ model: MODEL, stream: true, ...ask('cut me off', { max_tokens: 20 }) }),
-    });
-    expect(res.status).toBe(200);
-    let text = '';
-    let failure: unknown;
-    try {
-      const decoder = new TextDecoder();
-      for await (const bytes of res.body as unknown as AsyncIterable<Uint8Array>) {
-        text += decoder.decode(bytes, { stream: true });
-      }
-    } catch (error) {
-      failure = error;
-    }
+    // node:http rather than fetch: a fetch body that errors discards the chunks not yet read,
+    // which on a busy machine can be the events that did arrive.
+    const { status, text, failure } = await new Promise<{ status: number; text: string; failure: unknown }>(
+      (resolve) => {
+        const req = request(`${sim.url}/v1/chat/completions`, { method: 'POST' }, (res) => {
+          let text = '';
+          res.setEncoding('utf8');
+          res.on('data', (piece: string) => {
+            text += piece;
+          });
+          res.on('error', (error) => resolve({ status: res.statusCode ?? 0, text, failure: error }));
+          res.on('end', () => resolve({ status: res.statusCode ?? 0, text, failure: undefined }));
+        });
+        req.end(JSON.stringify({ model: MODEL, stream: true, ...ask('cut me off', { max_tokens: 20 }) }));
+      },
+    );
+    expect(status).toBe(200);
     expect(failure).toBeInstanceOf(Error);
     const received = events(text);
     expect(received).toHaveLength(3);

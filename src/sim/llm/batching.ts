@@ -52,3 +52,36 @@ export class SequenceSlots {
     }
   }
 }
+
+/**
+ * The engine's compute, as prefill sees it: one lane shared by every running sequence, taken one
+ * prefill at a time in arrival order (a GPU does not prefill two prompts faster than one after the
+ * other). The lane keeps a schedule rather than trusting wake-ups: a prefill starts when the one
+ * before was due to end, so timer lateness never piles up down a long queue.
+ */
+export class PrefillLane {
+  private readonly turn = new SequenceSlots(1);
+  /** When the prefill last holding the lane ended or is due to end (performance.now() time). */
+  private freeAt = 0;
+
+  /** Sequences queued for the lane, not counting the one prefilling. */
+  get waiting(): number {
+    return this.turn.waiting;
+  }
+
+  /**
+   * Resolves with the time this prefill starts once the lane is this caller's (who must then
+   * `leave()` exactly once), or undefined if `signal` aborts first: a sequence that gives up while
+   * queued leaves without using any of the lane's time.
+   */
+  async enter(signal: AbortSignal): Promise<number | undefined> {
+    if (!(await this.turn.acquire(signal))) return undefined;
+    return Math.max(performance.now(), this.freeAt);
+  }
+
+  /** Hands the lane on; `end` is when this prefill was due to end, or now if it was cut short. */
+  leave(end: number): void {
+    this.freeAt = Math.min(end, performance.now());
+    this.turn.release();
+  }
+}

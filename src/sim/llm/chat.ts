@@ -111,13 +111,18 @@ async function stream(
   res.writeHead(200, { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache' });
   res.flushHeaders();
   let events = 0;
+  let cut = false;
   /** Writes the events in one go; false once the drop-mid-stream fault has cut the connection. */
   const send = (batch: string[]): boolean => {
+    if (cut) return false;
     if (dropAfter !== undefined && events + batch.length > dropAfter) {
-      const allowed = batch.slice(0, dropAfter - events);
-      if (allowed.length > 0) res.write(allowed.join(''));
+      const allowed = batch.slice(0, dropAfter - events).join('');
       events = dropAfter;
-      res.destroy();
+      cut = true;
+      // Cut once the allowed events are out: destroying at once would drop them while the
+      // response is still corked (Node flushes a response's writes on the next tick).
+      if (allowed === '') res.destroy();
+      else res.write(allowed, () => res.destroy());
       return false;
     }
     events += batch.length;
@@ -139,6 +144,7 @@ async function stream(
     }
     send(batch);
   });
+  if (cut) return; // the connection goes as soon as the allowed events are out
   if (cached === undefined || res.destroyed) {
     res.destroy();
     return;

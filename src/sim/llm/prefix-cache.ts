@@ -1,22 +1,24 @@
 import { createHash } from 'node:crypto';
-import { CHARS_PER_TOKEN } from './text.js';
+import { tokenEnd } from './text.js';
 
 /**
  * The identities of the prompt's full KV blocks, as vLLM's automatic prefix caching computes
- * them: block i's hash covers block i's tokens and the hash of block i − 1, so a block can only
- * be reused when everything before it matches too. A trailing partial block has no identity.
+ * them: block i holds tokens [i × blockTokens, (i + 1) × blockTokens) of the prompt, and its hash
+ * covers those tokens' text and the hash of block i − 1, so a block can only be reused when
+ * everything before it matches too. A trailing partial block has no identity.
  */
 export function blockHashes(prompt: string, blockTokens: number): string[] {
-  const blockChars = blockTokens * CHARS_PER_TOKEN;
-  const full = Math.floor(prompt.length / blockChars);
-  const hashes: string[] = new Array(full);
+  const hashes: string[] = [];
   let previous = '';
-  for (let i = 0; i < full; i++) {
-    previous = createHash('sha256')
-      .update(previous)
-      .update(prompt.slice(i * blockChars, (i + 1) * blockChars))
-      .digest('base64');
-    hashes[i] = previous;
+  let blockStart = 0;
+  let tokens = 0;
+  for (let at = 0; at < prompt.length; ) {
+    at = tokenEnd(prompt, at);
+    if (++tokens < blockTokens) continue;
+    previous = createHash('sha256').update(previous).update(prompt.slice(blockStart, at)).digest('base64');
+    hashes.push(previous);
+    blockStart = at;
+    tokens = 0;
   }
   return hashes;
 }
@@ -55,5 +57,10 @@ export class PrefixCache {
       if (this.blocks.size <= this.capacity) break;
       this.blocks.delete(oldest);
     }
+  }
+
+  /** Forgets every block, as vLLM's /reset_prefix_cache does. */
+  clear(): void {
+    this.blocks.clear();
   }
 }

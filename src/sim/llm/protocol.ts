@@ -36,9 +36,9 @@ export interface ChatRequest {
   includeUsage: boolean;
 }
 
-const isObject = (value: unknown): value is Record<string, unknown> =>
+export const isObject = (value: unknown): value is Record<string, unknown> =>
   typeof value === 'object' && value !== null && !Array.isArray(value);
-const absent = (value: unknown) => value === undefined || value === null;
+export const absent = (value: unknown) => value === undefined || value === null;
 const bad = (message: string, param: string) => vllmError(400, message, param);
 
 function parseContent(content: unknown, at: string): string | VllmError {
@@ -59,7 +59,8 @@ function parseContent(content: unknown, at: string): string | VllmError {
   return texts.join('\n');
 }
 
-function parseMessages(messages: unknown): ChatMessage[] | VllmError {
+/** Chat messages as chat completions (and /tokenize) take them: string or text-part content. */
+export function parseMessages(messages: unknown): ChatMessage[] | VllmError {
   if (!Array.isArray(messages) || messages.length === 0) {
     return bad('messages must be a non-empty array', 'messages');
   }

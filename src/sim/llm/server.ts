@@ -5,6 +5,7 @@ import { type Fault, parseFault } from './faults.js';
 import { readJson, sendError, sendJson } from './http.js';
 import { renderMetrics } from './metrics.js';
 import { vllmError } from './protocol.js';
+import { handleTokenize } from './tokenize.js';
 
 export type { SimStats } from './engine.js';
 export type { Fault } from './faults.js';
@@ -12,7 +13,7 @@ export type { Fault } from './faults.js';
 /**
  * An OpenAI-compatible LLM server that behaves like vLLM or SGLang without a GPU: deterministic
  * text, continuous batching, a KV prefix cache and real prefill/decode timing, plus faults to
- * rehearse failure against. Built on node:http rather than Fastify: the five routes need no
+ * rehearse failure against. Built on node:http rather than Fastify: the few routes need no
  * router, and server-sent events, destroying a socket mid-stream and closing and reopening the
  * listener are direct there.
  */
@@ -23,13 +24,16 @@ export interface LlmSimOptions {
   port?: number;
   /** The served model id; default 'sim-llama-3-8b'. */
   model?: string;
-  /** Requests running at once (continuous batching); more wait in a FIFO queue. Default 8. */
+  /**
+   * Requests running at once (continuous batching); more wait in a FIFO queue. Running requests
+   * prefill one at a time (the engine's shared compute) and decode side by side. Default 8.
+   */
   maxSequences?: number;
   /** Prefix-cache capacity in KV blocks, LRU eviction; 0 disables it. Default 1024. */
   kvBlocks?: number;
   /** Tokens per KV block. Default 16. */
   blockTokens?: number;
-  /** Prefill time per prompt token not found in the prefix cache. Default 0.05 ms. */
+  /** Prefill time per prompt token not found in the prefix cache; one prefill at a time. Default 0.05 ms. */
   prefillMsPerToken?: number;
   /** Decode time per output token. Default 5 ms. */
   decodeMsPerToken?: number;
@@ -45,6 +49,8 @@ export interface LlmSim {
   port: number;
   close(): Promise<void>;
   stats(): SimStats;
+  /** Empties the prefix cache, as `POST /reset_prefix_cache` does. */
+  resetPrefixCache(): void;
   /**
    * Sets (or with undefined clears) the fault. Callers may ignore the promise; it resolves once
    * the fault is in force — for `refuse`, once the listener is closed or open again.
@@ -156,7 +162,15 @@ export async function startLlmSim(options: LlmSimOptions = {}): Promise<LlmSim> 
       case '/metrics':
         if (req.method !== 'GET') return notAllowed(res);
         res.writeHead(200, { 'content-type': 'text/plain; version=0.0.4; charset=utf-8' });
-        res.end(renderMetrics(engine.stats(), engine.cachedBlocks));
+        res.end(renderMetrics(engine.stats(), settings));
+        return;
+      case '/tokenize':
+        if (req.method !== 'POST') return notAllowed(res);
+        return handleTokenize(req, res, settings);
+      case '/reset_prefix_cache':
+        if (req.method !== 'POST') return notAllowed(res);
+        engine.resetPrefixCache();
+        res.writeHead(200, { 'content-length': 0 }).end();
         return;
       case '/sim/fault': {
         if (req.method === 'GET') return sendJson(res, 200, { fault: fault ?? null });
@@ -214,6 +228,7 @@ export async function startLlmSim(options: LlmSimOptions = {}): Promise<LlmSim> 
     url: `http://${host}:${port}`,
     port,
     stats: () => engine.stats(),
+    resetPrefixCache: () => engine.resetPrefixCache(),
     setFault(f) {
       clearTimeout(faultTimer);
       fault = f;

@@ -1,28 +1,93 @@
 import { createHash } from 'node:crypto';
 
 /**
- * The simulator's stand-in for a tokenizer: every CHARS_PER_TOKEN UTF-16 code units of text are
- * one token (real BPE tokenizers average about four characters per token on English). Cheap,
- * deterministic, and good enough for usage arithmetic and prefix-cache blocks.
+ * The simulator's tokenizer: deterministic, table-free and fast, with the proportions of a real
+ * BPE vocabulary. Scanning from the start, the next token is the first of these that matches:
+ *
+ * 1. an optional single space and then 1–4 ASCII letters (` ?[A-Za-z]{1,4}`), so ` the`, `Foll`;
+ * 2. one ASCII digit;
+ * 3. a run of ASCII whitespace (space, tab, newline, carriage return, form feed, vertical tab);
+ * 4. any other single character: punctuation, symbols, and each non-ASCII code point (a CJK
+ *    character or an emoji is one token, a surrogate pair included).
+ *
+ * As a regular expression: `/ ?[A-Za-z]{1,4}|[0-9]|[\t-\r ]+|./gsu`. English prose comes out
+ * at about 3.5 characters per token (real BPE vocabularies: about 4), digits, punctuation and
+ * CJK text at one.
  */
-export const CHARS_PER_TOKEN = 4;
+export function tokenize(text: string): string[] {
+  const pieces: string[] = [];
+  for (let at = 0; at < text.length; ) {
+    const end = tokenEnd(text, at);
+    pieces.push(text.slice(at, end));
+    at = end;
+  }
+  return pieces;
+}
+
+/** How many tokens `tokenize(text)` gives, without building them. */
+export function countTokens(text: string): number {
+  let count = 0;
+  for (let at = 0; at < text.length; at = tokenEnd(text, at)) count++;
+  return count;
+}
+
+/** `charCodeAt` past the end is NaN, which none of these match. */
+const isLetter = (code: number) => (code | 32) >= 97 && (code | 32) <= 122;
+const isSpace = (code: number) => code === 32 || (code >= 9 && code <= 13);
+
+/** Where the token starting at `at` (< text.length) ends. */
+export function tokenEnd(text: string, at: number): number {
+  const code = text.charCodeAt(at);
+  let letters = -1;
+  if (isLetter(code)) letters = at;
+  else if (code === 32 && isLetter(text.charCodeAt(at + 1))) letters = at + 1;
+  if (letters >= 0) {
+    const limit = Math.min(letters + 4, text.length);
+    let end = letters + 1;
+    while (end < limit && isLetter(text.charCodeAt(end))) end++;
+    return end;
+  }
+  if (isSpace(code)) {
+    let end = at + 1;
+    while (isSpace(text.charCodeAt(end))) end++;
+    return end;
+  }
+  // A digit, or any other character: one code point (both halves of a surrogate pair).
+  if (code >= 0xd800 && code <= 0xdbff) {
+    const low = text.charCodeAt(at + 1);
+    if (low >= 0xdc00 && low <= 0xdfff) return at + 2;
+  }
+  return at + 1;
+}
+
+/** The vocabulary size token ids are spread over (Llama 3's is 128,256). */
+export const VOCABULARY_SIZE = 128_000;
+
+/** A token's id: a hash of its text (32-bit FNV-1a) modulo VOCABULARY_SIZE, the same everywhere. */
+export function tokenId(piece: string): number {
+  let hash = 0x811c9dc5;
+  for (let i = 0; i < piece.length; i++) {
+    hash ^= piece.charCodeAt(i);
+    hash = Math.imul(hash, 0x01000193);
+  }
+  return (hash >>> 0) % VOCABULARY_SIZE;
+}
 
 export interface ChatMessage {
   role: string;
   content: string;
 }
 
-export const countTokens = (text: string): number => Math.ceil(text.length / CHARS_PER_TOKEN);
-
 /**
  * A chat template in the spirit of Llama 3's: each message as `<|role|>content\n`, then the
  * assistant's turn opened (add_generation_prompt). Shared leading messages render to shared
- * leading text, which is what a prefix cache needs.
+ * leading text, which is what a prefix cache needs. Without the generation prompt (as /tokenize
+ * may ask) the assistant's turn is left out.
  */
-export function renderChatPrompt(messages: readonly ChatMessage[]): string {
+export function renderChatPrompt(messages: readonly ChatMessage[], addGenerationPrompt = true): string {
   let prompt = '';
   for (const message of messages) prompt += `<|${message.role}|>${message.content}\n`;
-  return `${prompt}<|assistant|>`;
+  return addGenerationPrompt ? `${prompt}<|assistant|>` : prompt;
 }
 
 /** Short words, so that generated text re-tokenises to roughly the tokens it was generated as. */
