@@ -57,7 +57,8 @@ export interface ErrorBody {
   type: string;
   code: string;
   message: string;
-  param?: string;
+  /** Always sent by Kiln (null when no field applies); optional for bodies read from elsewhere. */
+  param?: string | null;
   details?: ErrorDetail[];
 }
 
@@ -89,8 +90,13 @@ export class KilnError extends Error {
   }
 
   toBody(): ErrorBody {
-    const body: ErrorBody = { type: errorCatalogue[this.code].type, code: this.code, message: this.message };
-    if (this.param !== undefined) body.param = this.param;
+    // `param` is always there, null when no field applies, as OpenAI's error schema requires.
+    const body: ErrorBody = {
+      type: errorCatalogue[this.code].type,
+      code: this.code,
+      message: this.message,
+      param: this.param ?? null,
+    };
     if (this.details !== undefined) body.details = this.details;
     return body;
   }

@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import Fastify, { type FastifyInstance, LogController } from 'fastify';
+import Fastify, { type FastifyInstance, type FastifyRequest, LogController } from 'fastify';
 import type { Logger } from 'pino';
 import type { Config } from '../config/schema.js';
 import type { JobService } from '../jobs/service.js';
@@ -9,14 +9,14 @@ import type { Store } from '../store/index.js';
 import { requireApiKey } from './auth.js';
 import { chatRoutes } from './chat.js';
 import { contextRoutes } from './contexts.js';
-import { installErrorHandling } from './errors.js';
+import { answerClientError, installErrorHandling, sendError } from './errors.js';
 import { fileRoutes } from './files.js';
 import { healthRoutes } from './health.js';
 import { jobRoutes } from './jobs.js';
 import { mcpRoutes } from './mcp.js';
 import { mediaRoutes } from './media.js';
 import { adminRoutes, metricsRoutes, modelRoutes } from './models.js';
-import { validatorCompiler } from './validation.js';
+import { refuseUnstorableText, validatorCompiler } from './validation.js';
 
 export interface AppDeps {
   config: Config;
@@ -33,39 +33,107 @@ function requestId(header: string | string[] | undefined): string {
   return typeof header === 'string' && /^[A-Za-z0-9._:-]{1,128}$/.test(header) ? header : randomUUID();
 }
 
+/** Query parameters whose values are credentials: a signed file URL's `signature`, tokens, keys. */
+const SECRET_PARAMETER = /sig|token|secret|pass|auth|credential|key/i;
+
+/** `url` with the values of credential-like query parameters replaced, so no log line holds one. */
+export function redactUrl(url: string): string {
+  const start = url.indexOf('?');
+  if (start === -1) return url;
+  const pairs = url
+    .slice(start + 1)
+    .split('&')
+    .map((pair) => {
+      const equals = pair.indexOf('=');
+      if (equals === -1) return pair;
+      const raw = pair.slice(0, equals);
+      let name = raw;
+      try {
+        name = decodeURIComponent(raw.replaceAll('+', ' '));
+      } catch {}
+      return SECRET_PARAMETER.test(name) ? `${raw}=[redacted]` : pair;
+    });
+  return `${url.slice(0, start)}?${pairs.join('&')}`;
+}
+
+/** Fastify's request log fields, with the URL's credentials redacted. */
+function requestLogFields(request: FastifyRequest) {
+  return {
+    method: request.method,
+    url: redactUrl(request.url),
+    host: request.host,
+    remoteAddress: request.ip,
+    remotePort: request.socket?.remotePort,
+  };
+}
+
 /** The HTTP API, ready to listen or to be called in process with `inject`. */
 export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   const app = Fastify({
-    loggerInstance: deps.logger,
+    // Every request's log lines go through this serializer, whatever logger the caller passed.
+    loggerInstance: deps.logger.child({}, { serializers: { req: requestLogFields } }),
     genReqId: (req) => requestId(req.headers['x-request-id']),
     logController: new LogController({ requestIdLogLabel: 'request_id' }),
     // JSON escaping can grow text up to six-fold; the context cap itself is checked in bytes after parsing.
     bodyLimit: Math.max(1024 * 1024, deps.config.contexts.max_bytes * 6 + 64 * 1024),
+    // Errors raised before routing get the envelope too.
+    frameworkErrors: sendError,
+    clientErrorHandler: answerClientError,
   }) as unknown as FastifyInstance;
 
   app.setValidatorCompiler(validatorCompiler);
   // JSON in, JSON out: a text/plain body is a 415, not a string that fails validation.
   app.removeContentTypeParser('text/plain');
+  acceptEmptyJsonWithoutBody(app);
   installErrorHandling(app);
   app.decorateRequest('auth', null as never);
   app.addHook('onSend', async (request, reply) => {
     reply.header('x-request-id', request.id);
   });
 
-  healthRoutes(app, deps);
-  // Outside the authenticated scope: a signed URL works without a key (the route checks either).
-  fileRoutes(app, { files: deps.runtime.files, store: deps.store });
-  await app.register(async (authenticated) => {
-    authenticated.addHook('onRequest', requireApiKey(deps.store));
-    contextRoutes(authenticated, deps);
-    jobRoutes(authenticated, deps);
-    chatRoutes(authenticated, deps);
-    mediaRoutes(authenticated, deps);
-    modelRoutes(authenticated, deps);
-    adminRoutes(authenticated, deps);
-    metricsRoutes(authenticated, deps);
-    mcpRoutes(authenticated, deps);
-    deps.routes?.(authenticated, deps);
+  await app.register(async (api) => {
+    // Text one store would refuse or change (NUL, lone surrogates) is refused up front, on both.
+    api.addHook('preValidation', refuseUnstorableText());
+    healthRoutes(api, deps);
+    // Outside the authenticated scope: a signed URL works without a key (the route checks either).
+    fileRoutes(api, { files: deps.runtime.files, store: deps.store });
+    await api.register(async (authenticated) => {
+      authenticated.addHook('onRequest', requireApiKey(deps.store));
+      contextRoutes(authenticated, deps);
+      jobRoutes(authenticated, deps);
+      chatRoutes(authenticated, deps);
+      mediaRoutes(authenticated, deps);
+      modelRoutes(authenticated, deps);
+      adminRoutes(authenticated, deps);
+      metricsRoutes(authenticated, deps);
+      deps.routes?.(authenticated, deps);
+    });
+  });
+  // MCP answers bad arguments in its own terms (tool errors, JSON-RPC errors), NUL included.
+  await app.register(async (mcp) => {
+    mcp.addHook('onRequest', requireApiKey(deps.store));
+    mcpRoutes(mcp, deps);
   });
   return app;
+}
+
+/**
+ * Many clients send `Content-Type: application/json` and no body on a POST that takes none
+ * (`POST /v1/jobs/{id}/cancel`): a route without a body schema gets no body instead of a 400. Where
+ * a body is expected, an empty one is still 400 `invalid-json`, and so is any body that is not JSON.
+ */
+function acceptEmptyJsonWithoutBody(app: FastifyInstance): void {
+  const parseJson = app.getDefaultJsonParser('error', 'error');
+  app.removeContentTypeParser('application/json');
+  app.addContentTypeParser(
+    'application/json',
+    { parseAs: 'string' },
+    function parseJsonBody(request, body, done) {
+      if (body === '' && !request.routeOptions.schema?.body) {
+        done(null, undefined);
+        return;
+      }
+      parseJson(request, body as string, done);
+    },
+  );
 }

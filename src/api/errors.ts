@@ -1,5 +1,7 @@
-import type { FastifyError, FastifyInstance } from 'fastify';
-import { type ErrorCode, KilnError, validationError } from '../errors.js';
+import { STATUS_CODES } from 'node:http';
+import type { Duplex } from 'node:stream';
+import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { type ErrorBody, type ErrorCode, KilnError, validationError } from '../errors.js';
 import { toDetails } from './validation.js';
 
 /** Fastify's own request errors, in Kiln's words. */
@@ -21,7 +23,22 @@ const fastifyCodes: Record<string, { code: ErrorCode; message?: string }> = {
     code: 'invalid-json',
     message: 'Content-Length does not match the body',
   },
+  // Raised before routing (see `frameworkErrors`): a path that does not decode, or a path parameter
+  // longer than any id Kiln issues.
+  FST_ERR_BAD_URL: { code: 'validation-failed', message: 'the request path is not validly percent-encoded' },
+  FST_ERR_MAX_PARAM_LENGTH: { code: 'validation-failed', message: 'a path parameter is too long' },
 };
+
+/**
+ * The body of every non-2xx answer. `param` is always present, null when no field is at fault:
+ * OpenAI's error schema requires the key, and OpenAI clients read it.
+ */
+export function errorEnvelope(error: { toBody(): ErrorBody }): {
+  error: Omit<ErrorBody, 'param'> & { param: string | null };
+} {
+  const { param, details, ...rest } = error.toBody();
+  return { error: { ...rest, param: param ?? null, ...(details ? { details } : {}) } };
+}
 
 function statusCode(error: FastifyError): number {
   return typeof error.statusCode === 'number' ? error.statusCode : 500;
@@ -37,9 +54,11 @@ export function toKilnError(error: FastifyError | KilnError | Error): KilnError 
   }
   const known = fastify.code ? fastifyCodes[fastify.code] : undefined;
   if (known) {
-    const detail = known.code === 'invalid-json' ? fastify.message : undefined;
+    const field = known.code === 'invalid-json' ? 'body' : known.code === 'validation-failed' ? 'path' : '';
     return new KilnError(known.code, known.message ?? fastify.message, {
-      details: detail ? [{ field: 'body', rule: 'json', message: detail }] : undefined,
+      details: field
+        ? [{ field, rule: field === 'body' ? 'json' : 'request', message: fastify.message }]
+        : undefined,
     });
   }
   const status = statusCode(fastify);
@@ -56,17 +75,51 @@ export function toKilnError(error: FastifyError | KilnError | Error): KilnError 
   });
 }
 
+/** Answers `error` with the envelope: the error handler, and Fastify's `frameworkErrors` before routing. */
+export function sendError(
+  error: FastifyError | KilnError | Error,
+  request: FastifyRequest,
+  reply: FastifyReply,
+) {
+  const kiln = toKilnError(error);
+  if (kiln.status >= 500) request.log.error({ err: error }, 'request failed');
+  else request.log.info({ code: kiln.code, status: kiln.status }, kiln.message);
+  if (kiln.status === 401) reply.header('www-authenticate', 'Bearer');
+  return reply.status(kiln.status).send({ ...errorEnvelope(kiln), ...kiln.attach });
+}
+
+/**
+ * Node's HTTP parser refuses some requests before Fastify sees them (a malformed request line,
+ * headers over the size limit): the socket still gets the envelope, then closes.
+ */
+export function answerClientError(error: NodeJS.ErrnoException, socket: Duplex): void {
+  if (error.code === 'ECONNRESET' || socket.destroyed) return;
+  // 408 has no code in the catalogue, and the client that timed out is rarely listening: Node's answer.
+  if (error.code === 'ERR_HTTP_REQUEST_TIMEOUT') {
+    socket.end('HTTP/1.1 408 Request Timeout\r\nConnection: close\r\nContent-Length: 0\r\n\r\n');
+    return;
+  }
+  const kiln =
+    error.code === 'HPE_HEADER_OVERFLOW'
+      ? new KilnError('request-too-large', 'the request headers are larger than the server accepts')
+      : new KilnError('validation-failed', 'the request is not valid HTTP/1.1', {
+          details: [{ field: 'request', rule: 'request', message: 'the request is not valid HTTP/1.1' }],
+        });
+  const body = JSON.stringify(errorEnvelope(kiln));
+  if (socket.writable) {
+    socket.write(
+      `HTTP/1.1 ${kiln.status} ${STATUS_CODES[kiln.status]}\r\nConnection: close\r\n` +
+        `Content-Type: application/json; charset=utf-8\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
+    );
+  }
+  socket.destroy(error);
+}
+
 /** Installs the error and not-found handlers that give every non-2xx answer the envelope. */
 export function installErrorHandling(app: FastifyInstance): void {
-  app.setErrorHandler((error: FastifyError, request, reply) => {
-    const kiln = toKilnError(error);
-    if (kiln.status >= 500) request.log.error({ err: error }, 'request failed');
-    else request.log.info({ code: kiln.code, status: kiln.status }, kiln.message);
-    if (kiln.status === 401) reply.header('www-authenticate', 'Bearer');
-    return reply.status(kiln.status).send({ error: kiln.toBody(), ...kiln.attach });
-  });
+  app.setErrorHandler((error: FastifyError, request, reply) => sendError(error, request, reply));
   app.setNotFoundHandler((request, reply) => {
     const error = new KilnError('route-not-found', `no route ${request.method} ${request.url.split('?')[0]}`);
-    return reply.status(error.status).send({ error: error.toBody() });
+    return reply.status(error.status).send(errorEnvelope(error));
   });
 }

@@ -1,7 +1,27 @@
+import { Type } from '@sinclair/typebox';
 import type { FastifyInstance } from 'fastify';
 import { parseJobId } from '../jobs/present.js';
-import { ListJobsQuery, UsageQuery } from '../jobs/schemas.js';
+import { ListJobsQuery, type UsageQuery } from '../jobs/schemas.js';
 import type { JobService } from '../jobs/service.js';
+
+/**
+ * The last second of year 9999. Times reach the store as BIGINT milliseconds: without a bound,
+ * `since=1e309` or `9223372036854775808` overflows PostgreSQL's BIGINT (a 500) where SQLite
+ * compares doubles (a 200). Bounded, both stores give the same answer.
+ */
+export const MAX_UNIX_SECONDS = 253_402_300_799;
+
+const unixSeconds = (description: string) =>
+  Type.Integer({ minimum: 0, maximum: MAX_UNIX_SECONDS, description });
+
+/** `UsageQuery` with both times bounded to what the stores can compare. */
+const BoundedUsageQuery = Type.Object(
+  {
+    since: Type.Optional(unixSeconds('Unix seconds, inclusive')),
+    until: Type.Optional(unixSeconds('Unix seconds, exclusive')),
+  },
+  { additionalProperties: false },
+);
 
 /** Polling, listing and cancelling jobs of every kind, under /v1 and /api/v1 alike; and the usage ledger. */
 export function jobRoutes(app: FastifyInstance, deps: { jobs: JobService }): void {
@@ -35,7 +55,7 @@ export function jobRoutes(app: FastifyInstance, deps: { jobs: JobService }): voi
 
   app.get<{ Querystring: UsageQuery }>(
     '/api/v1/usage',
-    { schema: { querystring: UsageQuery } },
+    { schema: { querystring: BoundedUsageQuery } },
     async (request) => {
       const until = request.query.until ?? Math.ceil(Date.now() / 1000);
       const since = request.query.since ?? 0;

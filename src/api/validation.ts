@@ -1,6 +1,6 @@
 import type { TSchema } from '@sinclair/typebox';
 import { Ajv, type ErrorObject, type ValidateFunction } from 'ajv';
-import type { FastifySchemaCompiler } from 'fastify';
+import type { FastifyRequest, FastifySchemaCompiler } from 'fastify';
 import { type ErrorDetail, validationError } from '../errors.js';
 
 const common = {
@@ -202,6 +202,59 @@ export function toDetails(errors: ErrorObject[], root = 'body'): ErrorDetail[] {
   });
 }
 
+/** Enough to say what is wrong; a body of a million NULs does not need a million details. */
+const MAX_TEXT_DETAILS = 20;
+/** With the `u` flag a surrogate pair is one code point, so this matches only a lone surrogate. */
+const LONE_SURROGATE = /\p{Cs}/u;
+
+/** Why a string cannot be stored alike on both stores, if it cannot. */
+function unstorable(text: string): { rule: 'nul' | 'unicode'; problem: string } | undefined {
+  if (text.includes('\0')) return { rule: 'nul', problem: 'must not contain the NUL character (U+0000)' };
+  if (LONE_SURROGATE.test(text))
+    return { rule: 'unicode', problem: 'must be valid Unicode (it holds a lone surrogate)' };
+  return undefined;
+}
+
+/**
+ * Where `value` holds text the two stores would treat differently, as details naming each field:
+ * a NUL character (PostgreSQL refuses it, SQLite stores it) or a lone UTF-16 surrogate (PostgreSQL
+ * stores U+FFFD, SQLite bytes that are not UTF-8). Kiln refuses both, so both stores give one answer.
+ * Walks breadth-first without recursion, so a deeply nested JSON body cannot exhaust the stack.
+ */
+export function unstorableTextDetails(value: unknown, root: string): ErrorDetail[] {
+  const details: ErrorDetail[] = [];
+  const queue: Array<{ value: unknown; at: string }> = [{ value, at: '' }];
+  for (let i = 0; i < queue.length && details.length < MAX_TEXT_DETAILS; i++) {
+    const { value: item, at } = queue[i] as (typeof queue)[number];
+    const field = at || root;
+    if (typeof item === 'string') {
+      const bad = unstorable(item);
+      if (bad) details.push({ field, rule: bad.rule, message: `${field} ${bad.problem}` });
+    } else if (Array.isArray(item)) {
+      for (const [n, element] of item.entries()) queue.push({ value: element, at: `${at}[${n}]` });
+    } else if (item !== null && typeof item === 'object') {
+      for (const [key, property] of Object.entries(item)) {
+        const bad = unstorable(key);
+        if (bad)
+          details.push({ field, rule: bad.rule, message: `the field names of ${field} ${bad.problem}` });
+        else queue.push({ value: property, at: at ? `${at}.${key}` : key });
+      }
+    }
+  }
+  return details;
+}
+
+/** The preValidation hook that answers 400 `validation-failed` to unstorable text in the query string or the JSON body. */
+export function refuseUnstorableText() {
+  return async function refuseUnstorable(request: FastifyRequest): Promise<void> {
+    const details = [
+      ...unstorableTextDetails(request.query, 'querystring'),
+      ...unstorableTextDetails(request.body, 'body'),
+    ];
+    if (details.length > 0) throw validationError(details.slice(0, MAX_TEXT_DETAILS));
+  };
+}
+
 const compiled = new WeakMap<TSchema, ValidateFunction>();
 
 /** Validates a value outside Fastify (MCP tool arguments) with the same rules and the same details. */
@@ -212,5 +265,7 @@ export function assertValid<T>(schema: TSchema, value: unknown, root = 'argument
     compiled.set(schema, validate);
   }
   if (!validate(value)) throw validationError(toDetails(validate.errors ?? [], root));
+  const unstorableText = unstorableTextDetails(value, root);
+  if (unstorableText.length > 0) throw validationError(unstorableText);
   return value as T;
 }

@@ -16,7 +16,8 @@ export async function bootstrapStore(store: Store, dataDir: string): Promise<str
   if (!org) return undefined;
   const { key } = await issueKey(store, { orgId: org.id, role: 'admin', name: 'bootstrap admin' });
   const file = path.join(dataDir, 'admin.key');
-  await mkdir(dataDir, { recursive: true });
+  // It holds the admin key (and, on SQLite, the database): nobody else's to read.
+  await mkdir(dataDir, { recursive: true, mode: 0o700 });
   await writeFile(file, `${key}\n`, { mode: 0o600 });
   return file;
 }

@@ -5,6 +5,9 @@ import type { JobOutcome, JobRow } from '../store/index.js';
 import { JobFailure, type RunContext } from './kinds.js';
 import type { JobService, LocalSlot } from './service.js';
 
+/** An engine's words as every store can keep them: PostgreSQL refuses NUL in text. */
+const storable = (message: string) => message.replaceAll('\u0000', '\ufffd');
+
 export interface WorkerOptions {
   /** Jobs run at once. */
   concurrency: number;
@@ -230,13 +233,13 @@ export class Worker {
           error instanceof JobFailure
             ? {
                 status: error.status,
-                error: { code: error.code, message: error.message, details: error.extra },
+                error: { code: error.code, message: storable(error.message), details: error.extra },
               }
             : {
                 status: 'failed',
                 error: {
                   code: 'inference-failed',
-                  message: error instanceof Error ? error.message : String(error),
+                  message: storable(error instanceof Error ? error.message : String(error)),
                 },
               };
       }

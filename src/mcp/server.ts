@@ -2,6 +2,7 @@ import { Server } from '@modelcontextprotocol/sdk/server/index.js';
 import {
   CallToolRequestSchema,
   type CallToolResult,
+  ErrorCode,
   ListResourcesRequestSchema,
   ListResourceTemplatesRequestSchema,
   ListToolsRequestSchema,
@@ -9,6 +10,7 @@ import {
   ReadResourceRequestSchema,
 } from '@modelcontextprotocol/sdk/types.js';
 import { type Static, type TSchema, Type } from '@sinclair/typebox';
+import { errorEnvelope } from '../api/errors.js';
 import { assertValid } from '../api/validation.js';
 import { KilnApiError } from '../client/index.js';
 import { ContextRef, ListContextsQuery, SaveContextBody } from '../contexts/schemas.js';
@@ -31,39 +33,45 @@ interface Tool<S extends TSchema> {
 
 const tool = <S extends TSchema>(t: Tool<S>) => t as unknown as Tool<TSchema>;
 
-/** The context store as MCP tools. Inputs are the same schemas the HTTP API validates with. */
-const tools: Record<string, Tool<TSchema>> = {
-  save_context: tool({
-    description:
-      "Save a named text blob to the organisation's shared context store. Saving an existing name replaces its content and bumps its version.",
-    schema: SaveContextBody,
-    run: (contexts, args) => contexts.save(args),
+/**
+ * The context store as MCP tools. Inputs are the same schemas the HTTP API validates with. A Map,
+ * so a tool name such as `__proto__` or `toString` finds nothing rather than Object's prototype.
+ */
+const tools = new Map<string, Tool<TSchema>>(
+  Object.entries({
+    save_context: tool({
+      description:
+        "Save a named text blob to the organisation's shared context store. Saving an existing name replaces its content and bumps its version.",
+      schema: SaveContextBody,
+      run: (contexts, args) => contexts.save(args),
+    }),
+    get_context: tool({
+      description: 'Fetch a context, with its content, by id (ctx_…) or name.',
+      schema: GetArgs,
+      run: (contexts, args) => contexts.get(args.id_or_name),
+    }),
+    list_contexts: tool({
+      description:
+        "List the organisation's contexts by name (without content). Use `after` with the last name to page.",
+      schema: ListContextsQuery,
+      run: (contexts, args) => contexts.list(args),
+    }),
+    delete_context: tool({
+      description: 'Delete a context by id (ctx_…) or name.',
+      schema: DeleteArgs,
+      run: (contexts, args) => contexts.delete(args.id_or_name),
+    }),
   }),
-  get_context: tool({
-    description: 'Fetch a context, with its content, by id (ctx_…) or name.',
-    schema: GetArgs,
-    run: (contexts, args) => contexts.get(args.id_or_name),
-  }),
-  list_contexts: tool({
-    description:
-      "List the organisation's contexts by name (without content). Use `after` with the last name to page.",
-    schema: ListContextsQuery,
-    run: (contexts, args) => contexts.list(args),
-  }),
-  delete_context: tool({
-    description: 'Delete a context by id (ctx_…) or name.',
-    schema: DeleteArgs,
-    run: (contexts, args) => contexts.delete(args.id_or_name),
-  }),
-};
+);
 
 function failure(error: unknown): CallToolResult {
   // Anything that is not one of Kiln's own errors may carry internals (SQL, paths): never show it.
-  const body =
+  const known =
     error instanceof KilnError || error instanceof KilnApiError
-      ? error.toBody()
-      : new KilnError('internal-error', 'the tool failed unexpectedly; the gateway logs say why').toBody();
-  return { isError: true, content: [{ type: 'text', text: JSON.stringify({ error: body }) }] };
+      ? error
+      : new KilnError('internal-error', 'the tool failed unexpectedly; the gateway logs say why');
+  // The same envelope as HTTP, `param` included.
+  return { isError: true, content: [{ type: 'text', text: JSON.stringify(errorEnvelope(known)) }] };
 }
 
 /**
@@ -81,7 +89,7 @@ export function createMcpServer(contexts: ContextsPort): Server {
   );
 
   server.setRequestHandler(ListToolsRequestSchema, async () => ({
-    tools: Object.entries(tools).map(([name, t]) => ({
+    tools: [...tools].map(([name, t]) => ({
       name,
       description: t.description,
       inputSchema: t.schema as unknown as { type: 'object' },
@@ -89,8 +97,9 @@ export function createMcpServer(contexts: ContextsPort): Server {
   }));
 
   server.setRequestHandler(CallToolRequestSchema, async (request): Promise<CallToolResult> => {
-    const t = tools[request.params.name];
-    if (!t) return failure(new KilnError('not-found', `no tool named ${request.params.name}`));
+    const t = tools.get(request.params.name);
+    // MCP's answer to an unknown tool: a JSON-RPC "invalid params" error, not a tool result.
+    if (!t) throw new McpError(ErrorCode.InvalidParams, `Unknown tool: ${request.params.name}`);
     try {
       const args = assertValid(t.schema, request.params.arguments ?? {});
       const result = await t.run(contexts, args);
@@ -105,7 +114,17 @@ export function createMcpServer(contexts: ContextsPort): Server {
 
   server.setRequestHandler(ListResourcesRequestSchema, async (request) => {
     const cursor = request.params?.cursor;
-    const page = await contexts.list({ limit: 100, ...(cursor ? { after: cursor } : {}) });
+    const query = { limit: 100, ...(cursor ? { after: cursor } : {}) };
+    try {
+      assertValid(ListContextsQuery, query, 'params');
+    } catch (error) {
+      if (!(error instanceof KilnError)) throw error;
+      throw new McpError(
+        ErrorCode.InvalidParams,
+        'cursor is not a context name this server could have issued',
+      );
+    }
+    const page = await contexts.list(query);
     const last = page.data[page.data.length - 1];
     return {
       resources: page.data.map((c) => ({
@@ -140,7 +159,13 @@ export function createMcpServer(contexts: ContextsPort): Server {
       );
     }
     try {
-      const context = await contexts.get(decodeURIComponent(uri.slice(RESOURCE_SCHEME.length)));
+      // A reference no context can have (a NUL, a space) is not found, without asking the store.
+      const ref = assertValid<string>(
+        ContextRef,
+        decodeURIComponent(uri.slice(RESOURCE_SCHEME.length)),
+        'uri',
+      );
+      const context = await contexts.get(ref);
       return { contents: [{ uri, mimeType: 'text/plain', text: context.content }] };
     } catch (error) {
       const code =

@@ -1,5 +1,7 @@
+import { connect } from 'node:net';
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { sleepKind, sleepRoutes } from '../fixtures/sleep-kind.js';
 import { startTestServer, type TestServer } from '../helpers/server.js';
 import { storeCases } from '../helpers/stores.js';
 
@@ -14,6 +16,9 @@ function expectEnvelope(answer: { status: number; body: any }, status: number, c
     }),
   });
   expect(answer.body.error.message.length).toBeGreaterThan(0);
+  // OpenAI's error schema requires `param`: a field, or null when none is at fault.
+  expect(answer.body.error).toHaveProperty('param');
+  expect(answer.body.error.param === null || typeof answer.body.error.param === 'string').toBe(true);
   expect(JSON.stringify(answer.body)).not.toMatch(/\n\s+at |node_modules|\.ts:\d+/);
   if (code) expect(answer.body.error.code).toBe(code);
   if (status === 400) {
@@ -36,7 +41,15 @@ describe('bad input never yields a 500', () => {
     kiln.call('POST', '/api/v1/contexts', { body, ...(headers ? { headers } : {}) });
 
   beforeAll(async () => {
-    kiln = await startTestServer(storeCases[0] as (typeof storeCases)[0]);
+    const kind = sleepKind();
+    kiln = await startTestServer(
+      storeCases[0] as (typeof storeCases)[0],
+      {},
+      {
+        kinds: [kind],
+        routes: sleepRoutes(kind),
+      },
+    );
     await post({ name: 'precious', content: 'do not lose me' });
   });
   afterAll(async () => kiln?.close());
@@ -123,6 +136,100 @@ describe('bad input never yields a 500', () => {
     expectEnvelope(await post('hello', { 'content-type': 'text/plain' }), 415, 'unsupported-media-type');
     const huge = JSON.stringify({ name: 'huge', content: 'x'.repeat(3 * 1024 * 1024) });
     expectEnvelope(await post(huge), 413, 'request-too-large');
+  });
+
+  it('a POST that takes no body accepts Content-Type: application/json with an empty body', async () => {
+    const submitted = await kiln.call('POST', '/v1/test/sleep', { body: { ms: 60_000 } });
+    expect(submitted.status).toBe(202);
+    // Exactly what many clients send: the JSON content type, Content-Length: 0.
+    const cancelled = await kiln.call('POST', `/v1/jobs/${submitted.body.id}/cancel`, { body: '' });
+    expect(cancelled.status, JSON.stringify(cancelled.body)).toBe(200);
+    expect(cancelled.body).toMatchObject({ id: submitted.body.id, status: 'cancelled' });
+    expect((await kiln.call('POST', '/admin/reload', { body: '' })).status).toBe(200);
+    // No body at all, and an empty object, as before: the job is cancelled already.
+    for (const again of [
+      await kiln.call('POST', `/v1/jobs/${submitted.body.id}/cancel`),
+      await kiln.call('POST', `/v1/jobs/${submitted.body.id}/cancel`, { body: {} }),
+    ]) {
+      expect(again.status).toBe(409);
+      expect(again.body).toMatchObject({
+        error: { code: 'job-already-terminal', param: null },
+        job: { status: 'cancelled' },
+      });
+    }
+  });
+
+  it('a body that is there but not JSON is still 400 invalid-json, bodiless route or not', async () => {
+    for (const body of ['{', 'null,', ' ', 'cancel']) {
+      const answer = await kiln.call('POST', '/v1/jobs/0190b1a2-0000-7000-8000-000000000000/cancel', {
+        body,
+      });
+      expectEnvelope(answer, 400, 'invalid-json');
+      expect(answer.body.error.param).toBe('body');
+    }
+    // A route that needs a body still says an empty one is not JSON.
+    expectEnvelope(await post(''), 400, 'invalid-json');
+  });
+
+  it('every error the framework raises itself carries the envelope and param', async () => {
+    const cases: Array<[string, Promise<{ status: number; body: any }>, number, string, string | null]> = [
+      ['invalid JSON', post('{"name":'), 400, 'invalid-json', 'body'],
+      ['empty JSON body', post(''), 400, 'invalid-json', 'body'],
+      ['validation', post({ name: 'x' }), 400, 'validation-failed', 'content'],
+      [
+        'form body',
+        post('a=b', { 'content-type': 'application/x-www-form-urlencoded' }),
+        415,
+        'unsupported-media-type',
+        null,
+      ],
+      [
+        'body over the limit',
+        post(JSON.stringify({ name: 'h', content: 'x'.repeat(3 * 1024 * 1024) })),
+        413,
+        'request-too-large',
+        null,
+      ],
+      ['unknown route', kiln.call('GET', '/v1/nothing-here'), 404, 'route-not-found', null],
+      ['no key', kiln.call('GET', '/api/v1/contexts', { key: null }), 401, 'unauthorized', null],
+      ['unknown context', kiln.call('GET', '/api/v1/contexts/nope'), 404, 'not-found', null],
+      ['undecodable path', kiln.call('GET', '/v1/jobs/%E0%A4%A'), 400, 'validation-failed', 'path'],
+      [
+        'path parameter over 100 characters',
+        kiln.call('GET', `/v1/jobs/${'a'.repeat(101)}`),
+        400,
+        'validation-failed',
+        'path',
+      ],
+    ];
+    for (const [label, answering, status, code, param] of cases) {
+      const answer = await answering;
+      expectEnvelope(answer, status, code);
+      expect(answer.body.error.param, label).toBe(param);
+    }
+  });
+
+  it('requests Node refuses before routing still get the envelope', async () => {
+    const { port } = new URL(kiln.url);
+    const raw = (request: string) =>
+      new Promise<string>((resolve, reject) => {
+        const socket = connect(Number(port), '127.0.0.1');
+        let answer = '';
+        socket.on('data', (chunk) => {
+          answer += chunk.toString();
+        });
+        socket.on('close', () => resolve(answer));
+        socket.on('error', reject);
+        socket.write(request);
+      });
+    const parse = (answer: string) => {
+      const [head, body] = answer.split('\r\n\r\n') as [string, string];
+      return { status: Number(head.split(' ')[1]), body: JSON.parse(body) };
+    };
+
+    expectEnvelope(parse(await raw('NOT HTTP AT ALL\r\n\r\n')), 400, 'validation-failed');
+    const huge = `GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: ${'a'.repeat(64 * 1024)}\r\n\r\n`;
+    expectEnvelope(parse(await raw(huge)), 413, 'request-too-large');
   });
 
   it('prototype poisoning is refused', async () => {

@@ -3,7 +3,7 @@ import { fileURLToPath } from 'node:url';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
-import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
+import { type CallToolResult, ErrorCode, McpError } from '@modelcontextprotocol/sdk/types.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { ContextList, ContextRecord, ContextWithContent } from '../../src/contexts/service.js';
 import type { ErrorBody } from '../../src/errors.js';
@@ -74,7 +74,10 @@ async function ok<T>(client: Client, name: string, args: Record<string, unknown>
 async function fails(client: Client, name: string, args: Record<string, unknown>): Promise<ErrorBody> {
   const result = await callTool(client, name, args);
   expect(result.isError, textOf(result)).toBe(true);
-  return (JSON.parse(textOf(result)) as { error: ErrorBody }).error;
+  const { error } = JSON.parse(textOf(result)) as { error: ErrorBody };
+  // The same envelope as HTTP: `param` is always there, null when no field is at fault.
+  expect(error, textOf(result)).toHaveProperty('param');
+  return error;
 }
 
 const names = (list: ContextList) => list.data.map((c) => c.name);
@@ -231,12 +234,32 @@ describe('MCP over Streamable HTTP (/mcp)', () => {
       expect(error.message, label).toBeTruthy();
       expect(error.details, label).toContainEqual(expect.objectContaining({ field: c.field, rule: c.rule }));
     }
-    expect(await fails(client, 'no_such_tool', {})).toMatchObject({ code: 'not-found' });
 
     // None of it stored anything, and the session is still usable.
     const list = await ok<ContextList>(client, 'list_contexts', { limit: 100 });
     expect(names(list)).not.toContain('n');
     expect(names(list)).not.toContain('ctx_bad');
+  });
+
+  it('answers an unknown tool, Object.prototype names included, with MCP’s unknown-tool error', async () => {
+    const client = await connectHttp(acme);
+    for (const name of [
+      'no_such_tool',
+      '__proto__',
+      'constructor',
+      'toString',
+      'hasOwnProperty',
+      'valueOf',
+    ]) {
+      const call = client.callTool({ name, arguments: {} });
+      await expect(call, name).rejects.toBeInstanceOf(McpError);
+      await expect(call, name).rejects.toMatchObject({
+        code: ErrorCode.InvalidParams,
+        message: expect.stringContaining(`Unknown tool: ${name}`),
+      });
+    }
+    // The session is still usable, and the real tools are still there.
+    expect((await client.listTools()).tools.map((t) => t.name).sort()).toEqual(TOOLS);
   });
 
   it('refuses content over contexts.max_bytes (counted in bytes) and stores nothing', async () => {
@@ -353,6 +376,13 @@ describe('MCP over stdio (kiln mcp)', () => {
     // Deleting through stdio removes it for everyone.
     await ok(client, 'delete_context', { id_or_name: id });
     expect((await server.call('GET', `/api/v1/contexts/${id}`, { key: acme })).status).toBe(404);
+  });
+
+  it('answers a prototype name as an unknown tool', async () => {
+    await expect(client.callTool({ name: '__proto__', arguments: {} })).rejects.toMatchObject({
+      code: ErrorCode.InvalidParams,
+      message: expect.stringContaining('Unknown tool: __proto__'),
+    });
   });
 
   it('validates tool input locally with the same details', async () => {

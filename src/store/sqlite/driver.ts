@@ -1,5 +1,5 @@
 import { EventEmitter } from 'node:events';
-import { mkdirSync } from 'node:fs';
+import { chmodSync, closeSync, mkdirSync, openSync } from 'node:fs';
 import path from 'node:path';
 import Database from 'better-sqlite3';
 import type { Channel, Dialect, SqlDriver, SqlExecutor } from '../driver.js';
@@ -21,6 +21,24 @@ const dialect: Dialect = {
 };
 
 /**
+ * The database holds webhook secrets and the file-URL signing key, so it is readable by its owner
+ * only, whatever the umask: created 0600 (SQLite gives its -wal and -shm files the database's
+ * mode), and an existing one, with any journal left beside it, tightened to 0600. A directory
+ * Kiln has to create for it is 0700.
+ */
+function ownerOnly(file: string): void {
+  mkdirSync(path.dirname(path.resolve(file)), { recursive: true, mode: 0o700 });
+  closeSync(openSync(file, 'a', 0o600));
+  for (const companion of [file, `${file}-wal`, `${file}-shm`, `${file}-journal`]) {
+    try {
+      chmodSync(companion, 0o600);
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code !== 'ENOENT') throw error;
+    }
+  }
+}
+
+/**
  * better-sqlite3 is synchronous and holds one connection, so a transaction that awaits must not
  * let other callers' statements run inside it: while one is open, everything else queues behind it.
  */
@@ -36,7 +54,7 @@ export class SqliteDriver implements SqlDriver {
   readonly #events = new EventEmitter().setMaxListeners(0);
 
   constructor(file: string) {
-    if (file !== ':memory:') mkdirSync(path.dirname(path.resolve(file)), { recursive: true });
+    if (file !== ':memory:') ownerOnly(file);
     this.#db = new Database(file);
     this.#db.pragma('journal_mode = WAL');
     this.#db.pragma('busy_timeout = 5000');
