@@ -36,15 +36,16 @@ interface SimComfyuiFlags {
   models?: string[];
   stepMs?: number;
   steps?: number;
+  jobsApi?: boolean;
 }
 
+/** Model names separated by commas; `none` (or nothing) for a runner with an empty models directory. */
 const modelList = (text: string) => {
-  const models = text
+  if (text.trim() === 'none') return [];
+  return text
     .split(',')
     .map((name) => name.trim())
     .filter((name) => name !== '');
-  if (models.length === 0) throw new InvalidArgumentError('expected model names separated by commas');
-  return models;
 };
 
 export function simCommands(program: Command): void {
@@ -117,11 +118,15 @@ export function simCommands(program: Command): void {
     .option('--port <port>', 'port to listen on (0 = any)', integer(0), 8188)
     .option(
       '--models <names>',
-      'Kiln models whose template model files are installed, comma-separated (default: every template)',
+      'Kiln models whose template model files are installed, comma-separated, or none (default: every template)',
       modelList,
     )
     .option('--step-ms <ms>', 'simulated time per sampler step (default 20)', milliseconds)
     .option('--steps <n>', 'progress steps per sampler node (default 10)', integer(1))
+    .option(
+      '--jobs-api',
+      "also serve newer ComfyUI builds' /api/jobs/{id} and /api/jobs/{id}/cancel (default: as 0.3.64, which has neither)",
+    )
     .action(async (flags: SimComfyuiFlags) => {
       const { startComfySim } = await import('../sim/comfyui/server.js');
       let runner: Awaited<ReturnType<typeof startComfySim>>;
@@ -133,7 +138,7 @@ export function simCommands(program: Command): void {
       }
       process.stdout.write(`${runner.url}\n`);
       process.stderr.write(
-        `kiln sim comfyui: serving ${flags.models?.join(', ') ?? 'every template'}; ` +
+        `kiln sim comfyui: ComfyUI 0.3.64${flags.jobsApi ? ' with /api/jobs' : ''} serving ${flags.models === undefined ? 'every template' : flags.models.join(', ') || 'no models'}; ` +
           'fault hook: [sim:fail] in a prompt; stop with Ctrl-C\n',
       );
       let stopping = false;

@@ -129,8 +129,18 @@ describe('video and images through a ComfyUI runner', () => {
     expect(accepted.body.model).toBe('wan-2.2');
     const done = await settle(kiln, `/v1/jobs/${accepted.body.id}`);
     expect(done).toMatchObject({ status: 'failed', code: 'workflow-model-missing', model: 'wan-2.2' });
-    expect(done.upstreamError).toMatch(/not in/);
-    expect(done.upstreamError).toMatch(/wan2\.2_i2v_high_noise_14B/);
+    // Every file the runner lacks, each in its own words, node by node.
+    expect(done.upstreamError).toBe(
+      [
+        "UNETLoader (node 1): Value not in list: unet_name: 'wan2.2_i2v_high_noise_14B_fp8_scaled.safetensors' not in []",
+        "UNETLoader (node 2): Value not in list: unet_name: 'wan2.2_i2v_low_noise_14B_fp8_scaled.safetensors' not in []",
+        "CLIPLoader (node 3): Value not in list: clip_name: 'umt5_xxl_fp8_e4m3fn_scaled.safetensors' not in ['t5xxl_fp16.safetensors']",
+        "VAELoader (node 4): Value not in list: vae_name: 'wan_2.1_vae.safetensors' not in ['pixel_space']",
+      ].join('; '),
+    );
+    expect(done.message).toBe(
+      `the runner does not have 4 model files this workflow needs: ${done.upstreamError}`,
+    );
     const models = await kiln.call('GET', '/v1/models');
     expect(models.body.data.find((m: { id: string }) => m.id === 'wan-2.2')).toMatchObject({
       kind: 'video',

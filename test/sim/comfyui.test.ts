@@ -200,7 +200,8 @@ describe('kiln sim comfyui', () => {
     const entry = history[promptId];
     expect(entry.prompt.slice(0, 2)).toEqual([submitted.body.number, promptId]);
     expect(entry.prompt[2]['14'].inputs.fps).toBe(24);
-    expect(entry.prompt[3]).toMatchObject({ client_id: clientId, create_time: expect.any(Number) });
+    // ComfyUI 0.3.64 keeps extra_data as sent (newer builds add create_time for /api/jobs).
+    expect(entry.prompt[3]).toEqual({ client_id: clientId });
     expect(entry.prompt[4]).toEqual(['14']);
     expect(entry.outputs).toEqual({ '14': executed?.data.output });
     expect(entry.status.status_str).toBe('success');
@@ -247,7 +248,9 @@ describe('kiln sim comfyui', () => {
     const info = await getJson(sim, '/object_info');
     expect(info.CheckpointLoaderSimple.input.required.ckpt_name).toEqual([
       ['ltx-video-2b-v0.9.5.safetensors', 'sd_xl_base_1.0.safetensors'],
+      { tooltip: 'The name of the checkpoint (model) to load.' },
     ]);
+    expect(info.VAELoader.input.required.vae_name).toEqual([['pixel_space']]);
     expect(info.LoadImage.input.required.image[0]).toContain(start);
 
     const prompt = fill(graph('wan-2.2', 'start_and_end'), {
@@ -420,11 +423,12 @@ describe('kiln sim comfyui faults', () => {
     expect(queue.queue_running.map((item: unknown[]) => item[1])).toEqual([running]);
     expect(queue.queue_pending.map((item: unknown[]) => item[1])).toEqual([queued]);
 
-    expect(await post(sim, `/api/jobs/${queued}/cancel`, {})).toEqual({
-      status: 200,
-      body: { cancelled: true },
-    });
+    // ComfyUI ignores /interrupt naming a prompt that is not running: it stays queued.
+    expect(await post(sim, '/interrupt', { prompt_id: queued })).toEqual({ status: 200, body: undefined });
+    expect((await getJson(sim, '/queue')).queue_pending.map((item: unknown[]) => item[1])).toEqual([queued]);
+    expect(await post(sim, '/queue', { delete: [queued] })).toEqual({ status: 200, body: undefined });
     expect((await getJson(sim, '/queue')).queue_pending).toEqual([]);
+    expect(await post(sim, '/queue', { delete: [randomUUID()] })).toEqual({ status: 200, body: undefined });
     expect(await post(sim, '/interrupt', { prompt_id: randomUUID() })).toEqual({
       status: 200,
       body: undefined,
@@ -446,11 +450,6 @@ describe('kiln sim comfyui faults', () => {
     expect(entry.status.messages.at(-1)[0]).toBe('execution_interrupted');
     expect(entry.outputs).toEqual({});
     expect(await getJson(sim, `/history/${queued}`)).toEqual({});
-    expect((await getJson(sim, `/api/jobs/${running}`)).status).toBe('cancelled');
-    expect(await post(sim, `/api/jobs/${running}/cancel`, {})).toEqual({
-      status: 200,
-      body: { cancelled: false },
-    });
     expect(sim.stats()).toMatchObject({ running: 0, queued: 0, interrupted: 1 });
   });
 
@@ -473,7 +472,7 @@ describe('kiln sim comfyui faults', () => {
       exception_type: 'RuntimeError',
       traceback: [expect.any(String)],
       current_inputs: expect.objectContaining({ seed: [3], steps: [25] }),
-      current_outputs: [],
+      current_outputs: ['1', '2', '3', '4', '5', '6', '9'],
       timestamp: expect.any(Number),
     });
     expect(socket.messages.filter((m) => m.type === 'progress').length).toBeGreaterThan(0);
@@ -481,7 +480,6 @@ describe('kiln sim comfyui faults', () => {
     const entry = (await getJson(sim, `/history/${body.prompt_id}`))[body.prompt_id];
     expect(entry.status).toMatchObject({ status_str: 'error', completed: false });
     expect(entry.status.messages.at(-1)).toEqual(['execution_error', failure.data]);
-    expect((await getJson(sim, `/api/jobs/${body.prompt_id}`)).status).toBe('failed');
   });
   it('reports a failing encode (H.264 at an odd width) as an execution_error on the save node', async () => {
     const clientId = randomUUID();
@@ -509,6 +507,45 @@ describe('kiln sim comfyui faults', () => {
       executed: expect.arrayContaining(['1', '2', '3', '4']),
       exception_message: expect.stringMatching(/ffmpeg exited with code \d+: .*width not divisible by 2/),
     });
+  });
+});
+
+describe('kiln sim comfyui with newer builds\u2019 /api/jobs (jobsApi)', () => {
+  let sim: ComfySim;
+  beforeAll(async () => {
+    sim = await startComfySim({ models: ['sdxl'], stepMs: 40, steps: 10, jobsApi: true });
+  });
+  afterAll(async () => sim?.close());
+
+  it('cancels a queued prompt, interrupts a running one and shows each job', async () => {
+    const clientId = randomUUID();
+    const socket = await listen(sim, clientId);
+    const submit = async (seed: number) =>
+      (await post(sim, '/prompt', { prompt: sdxl({ prompt: 'p', seed, n: 1 }), client_id: clientId })).body
+        .prompt_id as string;
+    const running = await submit(1);
+    const queued = await submit(2);
+    await socket.next((m) => m.type === 'progress' && m.data.prompt_id === running);
+    expect((await getJson(sim, `/api/jobs/${queued}`)).status).toBe('pending');
+    expect(await post(sim, `/api/jobs/${queued}/cancel`, {})).toEqual({
+      status: 200,
+      body: { cancelled: true },
+    });
+    expect(await post(sim, `/api/jobs/${running}/cancel`, {})).toEqual({
+      status: 200,
+      body: { cancelled: true },
+    });
+    await socket.next(finished(running));
+    socket.close();
+    const job = await getJson(sim, `/api/jobs/${running}`);
+    expect(job).toMatchObject({ id: running, status: 'cancelled', create_time: expect.any(Number) });
+    expect(await getJson(sim, `/history/${queued}`)).toEqual({});
+    expect(await post(sim, `/api/jobs/${running}/cancel`, {})).toEqual({
+      status: 200,
+      body: { cancelled: false },
+    });
+    // Only under /api, as newer ComfyUI mounts it.
+    expect((await fetch(`${sim.url}/jobs/${running}`)).status).toBe(404);
   });
 });
 

@@ -2,7 +2,10 @@ import { randomUUID } from 'node:crypto';
 import { request } from 'undici';
 import WebSocket from 'ws';
 import { EngineError } from '../types.js';
+import { type PromptRefusalBody, promptRefusal } from './refusal.js';
 import type { Workflow } from './workflows.js';
+
+export { ModelMissingError } from './refusal.js';
 
 /** A ComfyUI server as Kiln drives it. */
 export interface RunnerTarget {
@@ -24,62 +27,20 @@ export interface OutputFile {
   contentType: string;
 }
 
-/**
- * The runner refused the workflow because a model file it names is not installed
- * (`value_not_in_list` on a loader node). `upstream` is the runner's own message.
- */
-export class ModelMissingError extends Error {
-  constructor(readonly upstream: string) {
-    super(`the runner does not have a model file this workflow needs: ${upstream}`);
-    this.name = 'ModelMissingError';
-  }
-}
-
-const LOADERS = new Set([
-  'CheckpointLoaderSimple',
-  'UNETLoader',
-  'CLIPLoader',
-  'VAELoader',
-  'LoraLoader',
-  'CLIPVisionLoader',
-]);
-
-interface NodeError {
-  type: string;
-  message: string;
-  details?: string;
-}
-
-/** ComfyUI's 400 for a prompt, as an engine error — or a model-missing error when a loader lacks its file. */
-function promptRefusal(body: {
-  error?: { type?: string; message?: string; details?: string };
-  node_errors?: Record<string, { class_type?: string; errors?: NodeError[] }>;
-}): Error {
-  for (const node of Object.values(body.node_errors ?? {})) {
-    for (const error of node.errors ?? []) {
-      if (error.type === 'value_not_in_list' && LOADERS.has(node.class_type ?? '')) {
-        return new ModelMissingError(`${error.message}: ${error.details ?? ''}`.trim());
-      }
-    }
-  }
-  const first = Object.values(body.node_errors ?? {})[0]?.errors?.[0];
-  const why = first ? `${first.message}: ${first.details ?? ''}` : (body.error?.details ?? '');
-  return new EngineError(
-    `the runner refused the workflow: ${body.error?.message ?? 'invalid prompt'} (${why})`,
-    'rejected',
-    true,
-    400,
-  );
-}
-
-/** A connection failure to the runner, before it ran anything. */
-const unreachable = (runner: RunnerTarget) => (error: unknown) => {
+/** A connection failure to the runner, before it ran anything (an abort stays an abort). */
+const unreachable = (runner: RunnerTarget, signal?: AbortSignal) => (error: unknown) => {
+  if (signal?.aborted) throw signal.reason;
   throw new EngineError(
     `cannot reach runner ${runner.name}: ${(error as Error).message}`,
     'unavailable',
     true,
   );
 };
+
+/** How long `POST /prompt` may take: ComfyUI only validates and queues before it answers. */
+const SUBMIT_TIMEOUT_MS = 60_000;
+/** How long each call taking a prompt back from the runner may take. */
+const WITHDRAW_TIMEOUT_MS = 5_000;
 
 const extension = (contentType: string) =>
   contentType === 'image/jpeg' ? 'jpg' : contentType === 'image/webp' ? 'webp' : 'png';
@@ -98,7 +59,8 @@ const CONTENT_TYPES: Record<string, string> = {
  * Runs one workflow on a ComfyUI runner: uploads the input images, listens on `/ws` with its own
  * client id before submitting (run messages go only to that socket), submits with `POST /prompt`,
  * follows progress, falls back on `GET /history/{id}` if the socket goes quiet, then fetches the
- * output files with `GET /view`. An abort interrupts the prompt on the runner.
+ * output files with `GET /view`. An abort takes the prompt back from the runner: deleted from its
+ * queue while pending, interrupted while running (withdrawPrompt).
  */
 export async function runWorkflow(
   runner: RunnerTarget,
@@ -129,7 +91,7 @@ export async function runWorkflow(
       method: 'POST',
       body: form,
       signal: call.signal,
-    }).catch(unreachable(runner));
+    }).catch(unreachable(runner, call.signal));
     if (!response.ok)
       throw new EngineError(
         `runner ${runner.name} refused an input image: HTTP ${response.status}`,
@@ -140,8 +102,9 @@ export async function runWorkflow(
     uploaded[image.param] = subfolder ? `${subfolder}/${name}` : name;
   }
 
+  const prompt = JSON.stringify({ prompt: call.fill(uploaded), client_id: clientId, prompt_id: promptId });
   const socket = new WebSocket(`${base.replace(/^http/, 'ws')}/ws?clientId=${clientId}`);
-  const finished = new Promise<'success' | { error: string } | 'interrupted'>((resolve) => {
+  const finished = new Promise<Outcome>((resolve) => {
     socket.on('message', (raw, binary) => {
       if (binary) return; // previews
       let message: { type: string; data: Record<string, unknown> };
@@ -155,17 +118,8 @@ export async function runWorkflow(
         const { value, max } = message.data as { value: number; max: number };
         if (max > 0) call.onProgress?.(value / max);
       } else if (message.type === 'execution_success') resolve('success');
-      else if (message.type === 'execution_error') {
-        const data = message.data as {
-          exception_type?: string;
-          exception_message?: string;
-          node_type?: string;
-        };
-        resolve({
-          error:
-            `${data.node_type ?? 'a node'} failed: ${data.exception_type ?? ''} ${data.exception_message ?? ''}`.trim(),
-        });
-      } else if (message.type === 'execution_interrupted') resolve('interrupted');
+      else if (message.type === 'execution_error') resolve({ error: describeFailure(message.data) });
+      else if (message.type === 'execution_interrupted') resolve('interrupted');
     });
   });
   await new Promise<void>((resolve) => {
@@ -174,42 +128,112 @@ export async function runWorkflow(
     socket.once('error', () => resolve());
   });
 
-  try {
-    const submitted = await request(`${base}/prompt`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ prompt: call.fill(uploaded), client_id: clientId, prompt_id: promptId }),
-      signal: call.signal,
-    }).catch(unreachable(runner));
-    const answer = (await submitted.body.json()) as Parameters<typeof promptRefusal>[0];
-    if (submitted.statusCode >= 400) throw promptRefusal(answer);
-
-    const abort = () => {
-      void request(`${base}/interrupt`, {
-        method: 'POST',
-        body: JSON.stringify({ prompt_id: promptId }),
-        headers: { 'content-type': 'application/json' },
-      })
-        .then((r) => r.body.dump())
-        .catch(() => undefined);
-      void request(`${base}/api/jobs/${promptId}/cancel`, { method: 'POST' })
-        .then((r) => r.body.dump())
-        .catch(() => undefined);
-    };
-    call.signal.addEventListener('abort', abort, { once: true });
-    try {
-      const outcome = await Promise.race([finished, historyDone(base, promptId, call.signal)]);
-      if (call.signal.aborted) throw call.signal.reason;
-      if (outcome === 'interrupted')
-        throw new EngineError(`runner ${runner.name} interrupted the prompt`, 'broken', false);
-      if (typeof outcome === 'object')
-        throw new EngineError(`runner ${runner.name}: ${outcome.error}`, 'broken', false);
-    } finally {
-      call.signal.removeEventListener('abort', abort);
-    }
-    return await fetchOutputs(base, promptId, call.outputNode, call.signal);
-  } finally {
+  if (call.signal.aborted) {
     socket.terminate();
+    throw call.signal.reason;
+  }
+
+  // Once POST /prompt is sent the runner may hold the prompt: an abort from then on takes it back
+  // (withdrawPrompt), after the submission has settled so the runner knows the id, and the run
+  // ends only when the runner has been told.
+  const submission = request(`${base}/prompt`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: prompt,
+    signal: AbortSignal.timeout(SUBMIT_TIMEOUT_MS),
+  });
+  let withdrawal: Promise<void> | undefined;
+  let stopWaiting: (reason: unknown) => void = () => undefined;
+  const aborted = new Promise<never>((_, reject) => {
+    stopWaiting = reject;
+  });
+  aborted.catch(() => undefined);
+  const onAbort = () => {
+    const withdraw = () => withdrawPrompt(base, promptId);
+    withdrawal = submission.then((answer) => {
+      void answer.body.dump().catch(() => undefined);
+      return withdraw();
+    }, withdraw);
+    stopWaiting(call.signal.reason);
+  };
+  call.signal.addEventListener('abort', onAbort, { once: true });
+  // Ends the history backstop once the run is over, however it ended.
+  const over = new AbortController();
+
+  try {
+    const submitted = await Promise.race([submission, aborted]).catch(unreachable(runner, call.signal));
+    const text = await submitted.body.text();
+    if (submitted.statusCode >= 400) throw promptRefusal(parseRefusal(text, submitted.statusCode));
+
+    const backstop = historyDone(base, promptId, AbortSignal.any([call.signal, over.signal]));
+    const outcome = await Promise.race([finished, backstop, aborted]);
+    if (outcome === 'interrupted')
+      throw new EngineError(`runner ${runner.name} interrupted the prompt`, 'broken', false);
+    if (typeof outcome === 'object')
+      throw new EngineError(`runner ${runner.name}: ${outcome.error}`, 'broken', false);
+    return await fetchOutputs(base, promptId, call.outputNode, call.signal);
+  } catch (error) {
+    if (!call.signal.aborted) throw error;
+    await withdrawal;
+    throw call.signal.reason;
+  } finally {
+    over.abort();
+    call.signal.removeEventListener('abort', onAbort);
+    socket.terminate();
+  }
+}
+
+type Outcome = 'success' | 'interrupted' | { error: string };
+
+/** An `execution_error` as one line: the node, the exception type and its message. */
+function describeFailure(data: Record<string, unknown> | undefined): string {
+  if (!data) return 'the prompt failed';
+  const { node_type, exception_type, exception_message } = data as {
+    node_type?: string;
+    exception_type?: string;
+    exception_message?: string;
+  };
+  return `${node_type ?? 'a node'} failed: ${exception_type ?? ''} ${exception_message ?? ''}`.trim();
+}
+
+/** A 400's body; an answer that is not ComfyUI's JSON still says what the runner said. */
+function parseRefusal(text: string, status: number): PromptRefusalBody {
+  try {
+    const body = JSON.parse(text) as unknown;
+    if (typeof body === 'object' && body !== null) return body as PromptRefusalBody;
+  } catch {
+    // not JSON: aiohttp's plain text answers
+  }
+  return { error: { message: `HTTP ${status}`, details: text.slice(0, 500) } };
+}
+
+/**
+ * Takes a prompt back from the runner. `POST /queue {"delete": [id]}` removes it while it is still
+ * pending — ComfyUI's `/interrupt` ignores a pending prompt, and 0.3.64 has no `/api/jobs` (newer
+ * builds' cancel is not needed: these two calls work on every version). Then, if `GET /queue`
+ * shows it running, `POST /interrupt {"prompt_id": id}` stops it when its current node ends (a
+ * sampler: at its next step). Deleting before looking leaves no moment in which it could start
+ * unseen; naming the prompt keeps the interrupt off anyone else's. Best effort and bounded: the
+ * runner may be gone.
+ */
+async function withdrawPrompt(base: string, promptId: string): Promise<void> {
+  const call = async (path: string, method: 'GET' | 'POST', body?: unknown) => {
+    const response = await request(`${base}${path}`, {
+      method,
+      ...(body === undefined
+        ? {}
+        : { body: JSON.stringify(body), headers: { 'content-type': 'application/json' } }),
+      signal: AbortSignal.timeout(WITHDRAW_TIMEOUT_MS),
+    });
+    return response.statusCode === 200 && method === 'GET' ? response.body.json() : response.body.dump();
+  };
+  try {
+    await call('/queue', 'POST', { delete: [promptId] });
+    const queue = (await call('/queue', 'GET')) as { queue_running?: unknown[] } | undefined;
+    const running = (queue?.queue_running ?? []).some((item) => Array.isArray(item) && item[1] === promptId);
+    if (running) await call('/interrupt', 'POST', { prompt_id: promptId });
+  } catch {
+    // The runner is unreachable or too slow: what it holds stays there; the job is over anyway.
   }
 }
 
@@ -234,19 +258,17 @@ async function history(
 }
 
 /** The backstop: a prompt whose socket went quiet is done once its history says so. */
-async function historyDone(
-  base: string,
-  promptId: string,
-  signal: AbortSignal,
-): Promise<'success' | { error: string }> {
+async function historyDone(base: string, promptId: string, signal: AbortSignal): Promise<Outcome> {
   for (;;) {
     await new Promise((r) => setTimeout(r, 2000));
     if (signal.aborted) throw signal.reason;
     const entry = await history(base, promptId, signal).catch(() => undefined);
     if (entry?.status?.completed) return 'success';
     if (entry?.status?.status_str === 'error') {
-      const error = entry.status.messages?.find(([event]) => event === 'execution_error')?.[1];
-      return { error: String(error?.exception_message ?? 'the prompt failed') };
+      // An interrupted prompt is also `status_str: "error"`; its messages end with execution_interrupted.
+      const messages = entry.status.messages ?? [];
+      if (messages.some(([event]) => event === 'execution_interrupted')) return 'interrupted';
+      return { error: describeFailure(messages.find(([event]) => event === 'execution_error')?.[1]) };
     }
   }
 }

@@ -3,17 +3,19 @@ import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { setImmediate, setTimeout as sleep } from 'node:timers/promises';
 import sharp from 'sharp';
+import { NODE_CLASSES, SAMPLER_CLASSES, SLOW_CLASSES } from './catalogue.js';
 import type { SimFiles } from './files.js';
-import { NODE_CLASSES, SAMPLER_CLASSES } from './nodes.js';
 import { executionOrder, type OutputPlan, planOutput, promptStrings } from './plan.js';
 import { patternPng, renderVideo } from './render.js';
 import type { Prompt } from './validate.js';
 
 /**
- * One prompt's execution, message for message as ComfyUI's `PromptExecutor.execute_async` and
- * `prompt_worker` send them: `execution_start`, `execution_cached`, `executing` per node, sampler
- * `progress`, `executed` for each output node, then `execution_success`, `execution_error` or
- * `execution_interrupted` — the last three also kept as the history's status messages.
+ * One prompt's execution, message for message as ComfyUI 0.3.64's `PromptExecutor.execute_async`
+ * and `prompt_worker` send them: `execution_start`, `execution_cached`, then per node a
+ * `progress_state` (the node running), `executing`, sampler `progress` (each step after its own
+ * `progress_state`), `executed` for an output node and a `progress_state` (the node finished);
+ * then `execution_success`, `execution_error` or `execution_interrupted` — the last three also
+ * kept as the history's status messages.
  */
 
 /** The simulator's fault hook: a prompt whose text contains this fails in its sampler. */
@@ -25,6 +27,52 @@ export type Send = (event: string, data: Record<string, unknown>, sid?: string) 
 export interface RunSettings {
   stepMs: number;
   steps: number;
+}
+
+/**
+ * ComfyUI's progress registry (`comfy_execution/progress.py`): each node's state, sent whole as
+ * `progress_state` (nodes not yet started left out) whenever a node starts, moves or finishes.
+ */
+class ProgressRegistry {
+  private readonly nodes = new Map<string, { value: number; max: number; state: 'running' | 'finished' }>();
+
+  constructor(
+    private readonly promptId: string,
+    private readonly send: Send,
+    private readonly clientId: string | undefined,
+  ) {}
+
+  start(node: string): void {
+    this.nodes.set(node, { value: 0, max: 1, state: 'running' });
+    this.publish();
+  }
+
+  update(node: string, value: number, max: number): void {
+    this.nodes.set(node, { value, max, state: 'running' });
+    this.publish();
+  }
+
+  finish(node: string): void {
+    const entry = this.nodes.get(node) ?? { value: 0, max: 1, state: 'running' };
+    this.nodes.set(node, { value: entry.max, max: entry.max, state: 'finished' });
+    this.publish();
+  }
+
+  private publish(): void {
+    const nodes: Record<string, unknown> = {};
+    for (const [id, entry] of this.nodes) {
+      nodes[id] = {
+        ...entry,
+        node_id: id,
+        prompt_id: this.promptId,
+        display_node_id: id,
+        parent_node_id: null,
+        real_node_id: id,
+      };
+    }
+    // Sent to the prompt's client, or to every socket without one.
+    this.send('progress_state', { prompt_id: this.promptId, nodes }, this.clientId);
+  }
 }
 
 export interface Execution {
@@ -73,6 +121,7 @@ export async function executePrompt(
   const outputs: ExecutionResult['outputs'] = {};
   const meta: ExecutionResult['meta'] = {};
   const executed: string[] = [];
+  const progress = new ProgressRegistry(promptId, send, clientId);
 
   addMessage('execution_start', { prompt_id: promptId }, false);
   addMessage('execution_cached', { nodes: [], prompt_id: promptId }, false);
@@ -83,10 +132,12 @@ export async function executePrompt(
     const node = prompt[id];
     if (!node) continue;
     try {
-      checkInterrupt(signal);
+      progress.start(id);
       context.onNode?.(id);
       if (clientId !== undefined)
         send('executing', { node: id, display_node: id, prompt_id: promptId }, clientId);
+      // ComfyUI checks for an interrupt as the node is about to run (`before_node_execution`).
+      checkInterrupt(signal);
       if (SAMPLER_CLASSES.has(node.class_type)) {
         const max = settings.steps;
         for (let value = 1; value <= max; value++) {
@@ -94,6 +145,7 @@ export async function executePrompt(
           if (failing && value === Math.ceil(max / 2)) {
             throw new NodeFailure('RuntimeError', `Simulated failure: the prompt contains ${FAIL_MARKER}`);
           }
+          progress.update(id, value, max);
           // ComfyUI's progress hook sends to the prompt's client, or to every socket without one.
           send('progress', { value, max, prompt_id: promptId, node: id }, clientId);
         }
@@ -106,9 +158,13 @@ export async function executePrompt(
         }
       } else if (node.class_type === 'LoadImage') {
         await loadImage(context.files, String(node.inputs.image));
+      } else if (SLOW_CLASSES.has(node.class_type)) {
+        // Such a node does not look at the interrupt flag: it runs to its end regardless.
+        await sleep(settings.stepMs * settings.steps);
       } else {
         await setImmediate();
       }
+      progress.finish(id);
       executed.push(id);
     } catch (error) {
       const base = { prompt_id: promptId, node_id: id, node_type: node.class_type, executed: [...executed] };
@@ -126,7 +182,8 @@ export async function executePrompt(
           exception_type: exception instanceof NodeFailure ? exception.exceptionType : 'RuntimeError',
           traceback: [`  File "kiln-sim/execution.py", in execute\n    ${node.class_type}.execute()\n`],
           current_inputs: currentInputs(prompt, id),
-          current_outputs: [],
+          // The nodes the output cache knows: every node of the prompt.
+          current_outputs: Object.keys(prompt),
         },
         false,
       );

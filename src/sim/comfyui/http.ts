@@ -12,8 +12,12 @@ export function sendJson(res: ServerResponse, status: number, body: unknown): vo
   res.end(text);
 }
 
-/** aiohttp's plain answers: `200` with no body, `404: Not Found`, `500 Internal Server Error`. */
-export function sendStatus(res: ServerResponse, status: number): void {
+/**
+ * aiohttp's plain answers: `200` with an empty body (typed `application/octet-stream`, as
+ * `web.Response(status=200)` is), `404: Not Found`, `405: Method Not Allowed` (with `Allow`),
+ * `500 Internal Server Error`.
+ */
+export function sendStatus(res: ServerResponse, status: number, headers: Record<string, string> = {}): void {
   const text =
     status === 200
       ? ''
@@ -21,7 +25,8 @@ export function sendStatus(res: ServerResponse, status: number): void {
         ? '500 Internal Server Error\n\nServer got itself in trouble'
         : `${status}: ${{ 400: 'Bad Request', 403: 'Forbidden', 404: 'Not Found', 405: 'Method Not Allowed', 413: 'Request Entity Too Large' }[status] ?? 'Error'}`;
   res.writeHead(status, {
-    'content-type': 'text/plain; charset=utf-8',
+    ...headers,
+    'content-type': status === 200 ? 'application/octet-stream' : 'text/plain; charset=utf-8',
     'content-length': Buffer.byteLength(text),
   });
   res.end(text);

@@ -1,4 +1,4 @@
-import { NODE_CLASSES } from './nodes.js';
+import { NODE_CLASSES } from './catalogue.js';
 import type { Prompt, PromptNode } from './validate.js';
 
 /**
@@ -128,16 +128,21 @@ export function planOutput(prompt: Prompt, id: string): OutputPlan {
   const width = num(sizeNode?.inputs.width) ?? 512;
   const height = num(sizeNode?.inputs.height) ?? 512;
   const length = num(video?.[1].inputs.length);
-  const batch = num(sizeNode?.inputs.batch_size) ?? 1;
+  // RepeatImageBatch multiplies the pictures on their way to the save node.
+  const repeat = above
+    .filter(([, n]) => n.class_type === 'RepeatImageBatch')
+    .reduce((product, [, n]) => product * (num(n.inputs.amount) ?? 1), 1);
+  const batch = (num(sizeNode?.inputs.batch_size) ?? 1) * repeat;
 
   let fps = num(node.inputs.fps) ?? num(node.inputs.frame_rate);
   if (fps === undefined && isLink(node.inputs.video)) fps = num(prompt[node.inputs.video[0]]?.inputs.fps);
   fps ??= above.map(([, n]) => num(n.inputs.frame_rate)).find((v) => v !== undefined) ?? 24;
 
   const videoNode = video?.[1];
+  // Without a video latent node, the saved pictures come from a LoadImage (through any image nodes).
   const startImage = videoNode
     ? traceImage(prompt, videoNode.inputs.start_image ?? videoNode.inputs.image)
-    : undefined;
+    : traceImage(prompt, node.inputs.images);
   let endImage = videoNode ? traceImage(prompt, videoNode.inputs.end_image) : undefined;
   if (!endImage) {
     // LTX: an end keyframe is an LTXVAddGuide at the last frame (frame_idx -1) or the highest index.

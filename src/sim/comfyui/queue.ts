@@ -94,7 +94,7 @@ export class PromptQueue {
     };
   }
 
-  /** Interrupts the running prompt if it is `promptId` (or whatever runs, without an id). */
+  /** Interrupts the running prompt if it is `promptId` (or whatever runs, without an id); a pending one is ignored. */
   interrupt(promptId?: string): boolean {
     if (!this.running || (promptId !== undefined && this.running.item.promptId !== promptId)) return false;
     if (this.running.abort.signal.aborted) return true;
@@ -102,21 +102,27 @@ export class PromptQueue {
     return true;
   }
 
-  /** Removes a queued (not yet running) prompt. */
+  /**
+   * Removes a queued (not yet running) prompt; an unknown or running one is left alone, silently.
+   * As ComfyUI's `delete_queue_item` does, removing the last pending prompt wipes the queue, so two
+   * `status` messages go out (one from the wipe, one from the delete).
+   */
   delete(promptId: string): boolean {
     const at = this.pending.findIndex((item) => item.promptId === promptId);
     if (at < 0) return false;
-    this.pending.splice(at, 1);
+    if (this.pending.length === 1) this.clear();
+    else this.pending.splice(at, 1);
     this.updated();
     return true;
   }
 
+  /** Drops every pending prompt (the running one goes on), with a `status` even when none was. */
   clear(): void {
     this.pending.length = 0;
     this.updated();
   }
 
-  /** `POST /api/jobs/{id}/cancel`: interrupts it if running, dequeues it if pending. */
+  /** Newer builds' `POST /api/jobs/{id}/cancel`: interrupts it if running, dequeues it if pending. */
   cancel(promptId: string): boolean {
     return this.interrupt(promptId) || this.delete(promptId);
   }

@@ -1,22 +1,39 @@
 import { randomUUID } from 'node:crypto';
 import { createReadStream } from 'node:fs';
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { cpus, freemem, totalmem } from 'node:os';
+import { freemem, totalmem } from 'node:os';
+import { NODE_CLASSES } from './catalogue.js';
 import type { SimFiles } from './files.js';
 import { BodyTooLarge, isObject, readForm, readJson, sendJson, sendStatus, stripUndefined } from './http.js';
 import { jobView } from './jobs.js';
-import { type Input, MODEL_FOLDERS, type ModelFolder, NODE_CLASSES, nodeInfo } from './nodes.js';
+import { type Input, MODEL_FOLDERS, type ModelFolder, nodeInfo } from './nodes.js';
 import type { PromptQueue } from './queue.js';
 import { validatePrompt } from './validate.js';
 
-/** ComfyUI's HTTP routes over the simulator's files and queue; every one also under `/api`. */
+/**
+ * ComfyUI 0.3.64's HTTP routes over the simulator's files and queue; every one also under `/api`.
+ * With `jobsApi`, also the job routes newer builds add under `/api/jobs`.
+ */
+
+/** The ComfyUI release whose behaviour the simulator imitates (recorded in ../shared/reference). */
+export const COMFYUI_VERSION = '0.3.64';
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
+
+interface Route {
+  method: 'GET' | 'POST';
+  /** Matched against the path without its `/api` prefix. */
+  path: RegExp;
+  apiOnly?: boolean;
+  handle(req: IncomingMessage, res: ServerResponse, url: URL, match: RegExpExecArray): Promise<void> | void;
+}
 
 export function createRoutes(deps: {
   files: SimFiles;
   queue: PromptQueue;
   installed: Map<ModelFolder, string[]>;
+  /** Serve newer ComfyUI's `/api/jobs/{id}` and `/api/jobs/{id}/cancel` (0.3.64 has neither). */
+  jobsApi: boolean;
 }): (req: IncomingMessage, res: ServerResponse, url: URL) => Promise<void> {
   const { files, queue, installed } = deps;
   /** The next prompt's queue position (ComfyUI's `PromptServer.number`). */
@@ -26,7 +43,7 @@ export function createRoutes(deps: {
     input.kind === 'combo'
       ? input.options
       : input.kind === 'files'
-        ? (installed.get(input.folder) ?? [])
+        ? [...(installed.get(input.folder) ?? []), ...(input.also ?? [])]
         : input.kind === 'input-image'
           ? files.inputImages()
           : undefined;
@@ -73,7 +90,8 @@ export function createRoutes(deps: {
     if ('client_id' in body) extraData.client_id = body.client_id;
     if (!validation.ok)
       return sendJson(res, 400, { error: validation.error, node_errors: validation.nodeErrors });
-    extraData.create_time = Date.now();
+    // Newer builds stamp the submission for their jobs API; 0.3.64 keeps extra_data as sent.
+    if (deps.jobsApi) extraData.create_time = Date.now();
     queue.put({
       number: position,
       promptId,
@@ -127,102 +145,140 @@ export function createRoutes(deps: {
         .map(([name, node]) => [name, nodeInfo(name, node, choices)]),
     );
 
-  const route = async (req: IncomingMessage, res: ServerResponse, url: URL): Promise<void> => {
-    const full = url.pathname;
-    // Newer ComfyUI mounts its jobs API at /api/jobs only; everything else is served at / and /api.
-    const jobs = /^\/api\/jobs\/([^/]+)(\/cancel)?$/.exec(full);
-    if (jobs) {
-      const id = decodeURIComponent(jobs[1] as string);
-      if (jobs[2]) {
-        if (req.method !== 'POST') return sendStatus(res, 405);
-        return sendJson(res, 200, { cancelled: queue.cancel(id) });
-      }
-      if (req.method !== 'GET') return sendStatus(res, 405);
-      const job = jobView(queue, id);
-      return job ? sendJson(res, 200, job) : sendJson(res, 404, { error: 'Job not found' });
-    }
-    const path = full === '/api' || full.startsWith('/api/') ? full.slice(4) || '/' : full;
-    const method = req.method ?? 'GET';
-    const get = method === 'GET' || method === 'HEAD';
-    const history = /^\/history\/([^/]+)$/.exec(path);
-    if (history && get)
-      return sendJson(res, 200, queue.entries({ promptId: decodeURIComponent(history[1] as string) }));
-    const models = /^\/models\/([^/]+)$/.exec(path);
-    if (models && get) {
-      const folder = decodeURIComponent(models[1] as string) as ModelFolder;
-      if (!MODEL_FOLDERS.includes(folder)) return sendStatus(res, 404);
-      return sendJson(res, 200, installed.get(folder) ?? []);
-    }
-    const info = /^\/object_info\/([^/]+)$/.exec(path);
-    if (info && get) return sendJson(res, 200, objectInfo(decodeURIComponent(info[1] as string)));
+  const readQueueOp = async (req: IncomingMessage, res: ServerResponse) => {
+    const read = await readJson(req);
+    if (!read || !isObject(read.value)) return sendStatus(res, 500);
+    if (read.value.clear) queue.clear();
+    if (Array.isArray(read.value.delete)) for (const id of read.value.delete) queue.delete(String(id));
+    return sendStatus(res, 200);
+  };
 
-    switch (`${get ? 'GET' : method} ${path}`) {
-      case 'POST /prompt':
-        return submit(req, res);
-      case 'GET /prompt':
-        return sendJson(res, 200, queue.info());
-      case 'GET /queue':
-        return sendJson(res, 200, queue.snapshot());
-      case 'POST /queue': {
-        const read = await readJson(req);
-        if (!read || !isObject(read.value)) return sendStatus(res, 500);
-        if (read.value.clear) queue.clear();
-        if (Array.isArray(read.value.delete)) for (const id of read.value.delete) queue.delete(String(id));
-        return sendStatus(res, 200);
-      }
-      case 'POST /interrupt': {
-        const read = await readJson(req);
-        const id = read && isObject(read.value) ? read.value.prompt_id : undefined;
-        queue.interrupt(typeof id === 'string' && id !== '' ? id : undefined);
-        return sendStatus(res, 200);
-      }
-      case 'GET /history': {
-        const maxItems = url.searchParams.get('max_items');
-        const offset = url.searchParams.get('offset');
-        return sendJson(
-          res,
-          200,
-          queue.entries({
-            ...(maxItems !== null ? { maxItems: Number.parseInt(maxItems, 10) } : {}),
-            ...(offset !== null ? { offset: Number.parseInt(offset, 10) } : {}),
-          }),
-        );
-      }
-      case 'POST /history': {
-        const read = await readJson(req);
-        if (!read || !isObject(read.value)) return sendStatus(res, 500);
-        if (read.value.clear) queue.deleteHistory();
-        if (Array.isArray(read.value.delete))
-          for (const id of read.value.delete) queue.deleteHistory(String(id));
-        return sendStatus(res, 200);
-      }
-      case 'POST /upload/image':
-        return upload(req, res);
-      case 'GET /view':
-        return view(res, url.searchParams);
-      case 'GET /object_info':
-        return sendJson(res, 200, objectInfo());
-      case 'GET /models':
-        return sendJson(res, 200, MODEL_FOLDERS);
-      case 'GET /system_stats':
-        return sendJson(res, 200, systemStats());
-      case 'GET /features':
-        return sendJson(res, 200, { supports_preview_metadata: false, max_upload_size: 100 * 1024 * 1024 });
-      default:
-        return sendStatus(res, 404);
+  const interrupt = async (req: IncomingMessage, res: ServerResponse) => {
+    const read = await readJson(req);
+    const id = read && isObject(read.value) ? read.value.prompt_id : undefined;
+    // A prompt_id that is not running (still pending, or unknown) is ignored, as ComfyUI logs
+    // "Prompt … is not currently running, skipping interrupt".
+    queue.interrupt(typeof id === 'string' && id !== '' ? id : undefined);
+    return sendStatus(res, 200);
+  };
+
+  const historyList = (res: ServerResponse, url: URL) => {
+    const maxItems = url.searchParams.get('max_items');
+    const offset = url.searchParams.get('offset');
+    return sendJson(
+      res,
+      200,
+      queue.entries({
+        ...(maxItems !== null ? { maxItems: Number.parseInt(maxItems, 10) } : {}),
+        ...(offset !== null ? { offset: Number.parseInt(offset, 10) } : {}),
+      }),
+    );
+  };
+
+  const historyOp = async (req: IncomingMessage, res: ServerResponse) => {
+    const read = await readJson(req);
+    if (!read || !isObject(read.value)) return sendStatus(res, 500);
+    if (read.value.clear) queue.deleteHistory();
+    if (Array.isArray(read.value.delete)) for (const id of read.value.delete) queue.deleteHistory(String(id));
+    return sendStatus(res, 200);
+  };
+
+  const param = (match: RegExpExecArray) => decodeURIComponent(match[1] as string);
+
+  /** ComfyUI's routes, each also mounted under `/api`; `apiOnly` ones (newer builds' jobs API) only there. */
+  const table: Route[] = [
+    { method: 'POST', path: /^\/prompt$/, handle: (req, res) => submit(req, res) },
+    { method: 'GET', path: /^\/prompt$/, handle: (_req, res) => sendJson(res, 200, queue.info()) },
+    { method: 'GET', path: /^\/queue$/, handle: (_req, res) => sendJson(res, 200, queue.snapshot()) },
+    { method: 'POST', path: /^\/queue$/, handle: readQueueOp },
+    { method: 'POST', path: /^\/interrupt$/, handle: interrupt },
+    { method: 'GET', path: /^\/history$/, handle: (_req, res, url) => historyList(res, url) },
+    { method: 'POST', path: /^\/history$/, handle: historyOp },
+    {
+      method: 'GET',
+      path: /^\/history\/([^/]+)$/,
+      handle: (_req, res, _url, m) => sendJson(res, 200, queue.entries({ promptId: param(m) })),
+    },
+    { method: 'POST', path: /^\/upload\/image$/, handle: upload },
+    { method: 'GET', path: /^\/view$/, handle: (_req, res, url) => view(res, url.searchParams) },
+    { method: 'GET', path: /^\/object_info$/, handle: (_req, res) => sendJson(res, 200, objectInfo()) },
+    {
+      method: 'GET',
+      path: /^\/object_info\/([^/]+)$/,
+      handle: (_req, res, _url, m) => sendJson(res, 200, objectInfo(param(m))),
+    },
+    { method: 'GET', path: /^\/models$/, handle: (_req, res) => sendJson(res, 200, MODEL_FOLDERS) },
+    {
+      method: 'GET',
+      path: /^\/models\/([^/]+)$/,
+      handle: (_req, res, _url, m) => {
+        const folder = param(m) as ModelFolder;
+        if (!MODEL_FOLDERS.includes(folder)) return sendStatus(res, 404);
+        return sendJson(res, 200, installed.get(folder) ?? []);
+      },
+    },
+    { method: 'GET', path: /^\/system_stats$/, handle: (_req, res) => sendJson(res, 200, systemStats()) },
+    {
+      method: 'GET',
+      path: /^\/features$/,
+      handle: (_req, res) =>
+        sendJson(res, 200, { supports_preview_metadata: false, max_upload_size: 100 * 1024 * 1024 }),
+    },
+  ];
+  if (deps.jobsApi) {
+    table.push(
+      {
+        method: 'GET',
+        path: /^\/jobs\/([^/]+)$/,
+        apiOnly: true,
+        handle: (_req, res, _url, m) => {
+          const job = jobView(queue, param(m));
+          return job ? sendJson(res, 200, job) : sendJson(res, 404, { error: 'Job not found' });
+        },
+      },
+      {
+        method: 'POST',
+        path: /^\/jobs\/([^/]+)\/cancel$/,
+        apiOnly: true,
+        handle: (_req, res, _url, m) => sendJson(res, 200, { cancelled: queue.cancel(param(m)) }),
+      },
+    );
+  }
+
+  const route = async (req: IncomingMessage, res: ServerResponse, url: URL): Promise<void> => {
+    const api = url.pathname === '/api' || url.pathname.startsWith('/api/');
+    const path = api ? url.pathname.slice(4) || '/' : url.pathname;
+    const method = req.method === 'HEAD' ? 'GET' : (req.method ?? 'GET');
+    const allowed = new Set(['GET', 'HEAD']);
+    for (const entry of table) {
+      if (entry.apiOnly && !api) continue;
+      const match = entry.path.exec(path);
+      if (!match) continue;
+      if (entry.method === method) return entry.handle(req, res, url, match);
+      allowed.add(entry.method);
     }
+    // ComfyUI serves its web root as a static route at "/", so any other path answers GET and
+    // HEAD (404 when no such file) and refuses other methods with 405.
+    if (method === 'GET') return sendStatus(res, 404);
+    return sendStatus(res, 405, { allow: [...allowed].sort().join(',') });
   };
 
   return route;
 }
 
+/** `GET /system_stats` as 0.3.64 answers it on a CPU-only machine (the "device" is the RAM). */
 function systemStats() {
+  const total = totalmem();
+  const free = freemem();
   return {
     system: {
-      os: process.platform,
-      ram_total: totalmem(),
-      ram_free: freemem(),
-      comfyui_version: '0.0.0-kiln-sim',
+      os: process.platform === 'win32' ? 'nt' : 'posix',
+      ram_total: total,
+      ram_free: free,
+      comfyui_version: COMFYUI_VERSION,
+      required_frontend_version: '1.27.10',
+      installed_templates_version: null,
+      required_templates_version: '0.1.95',
       python_version: 'none (Kiln ComfyUI simulator)',
       pytorch_version: 'none',
       embedded_python: false,
@@ -230,13 +286,13 @@ function systemStats() {
     },
     devices: [
       {
-        name: `cpu (${cpus()[0]?.model ?? 'unknown'}), simulated`,
+        name: 'cpu',
         type: 'cpu',
-        index: 0,
-        vram_total: 0,
-        vram_free: 0,
-        torch_vram_total: 0,
-        torch_vram_free: 0,
+        index: null,
+        vram_total: total,
+        vram_free: free,
+        torch_vram_total: total,
+        torch_vram_free: free,
       },
     ],
   };

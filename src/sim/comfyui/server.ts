@@ -2,41 +2,48 @@ import { randomUUID } from 'node:crypto';
 import { createServer, type Server } from 'node:http';
 import { type WebSocket, WebSocketServer } from 'ws';
 import { loadTemplates, MODEL_FILE_INPUTS, modelFiles } from '../../engines/comfyui/workflows.js';
+import { NODE_CLASSES } from './catalogue.js';
 import type { Send } from './execute.js';
 import { SimFiles } from './files.js';
 import { BodyTooLarge, sendStatus, stripUndefined } from './http.js';
-import { type ModelFolder, NODE_CLASSES } from './nodes.js';
+import type { ModelFolder } from './nodes.js';
 import { PromptQueue } from './queue.js';
 import { createRoutes } from './routes.js';
 
 export { FAIL_MARKER } from './execute.js';
 
 /**
- * A ComfyUI server without a GPU, faithful to the protocol Kiln drives (`server.py`,
- * `execution.py`): uploads, `POST /prompt` validation with ComfyUI's error shapes, a FIFO queue
- * running one prompt at a time, the `/ws` messages of a run, history, `GET /view`, interrupt and
- * cancel. Outputs are real files: WebM clips rendered with ffmpeg at the graph's size, frame count
- * and rate (a cross-fade from the start to the end image under a slow pan), and PNGs drawn from the
- * prompt and seed. A prompt whose text contains `[sim:fail]` fails in its sampler with an
- * `execution_error` — the simulator's fault hook. Every route is also served under `/api`.
+ * A ComfyUI server without a GPU, imitating ComfyUI 0.3.64 as recorded in
+ * ../shared/reference/recordings/comfyui (`server.py`, `execution.py`): uploads, `POST /prompt`
+ * validation with ComfyUI's error shapes, a FIFO queue running one prompt at a time, the `/ws`
+ * messages of a run (`progress_state` included), history, `GET /view`, `/interrupt` (a pending
+ * prompt is ignored) and `POST /queue {delete}`. 0.3.64 has no `/api/jobs`; `jobsApi` adds newer
+ * builds' job routes. Outputs are real files: WebM clips rendered with ffmpeg at the graph's size,
+ * frame count and rate (a cross-fade from the start to the end image under a slow pan), and PNGs
+ * drawn from the prompt and seed. A prompt whose text contains `[sim:fail]` fails in its sampler
+ * with an `execution_error` — the simulator's fault hook. Every route is also served under `/api`.
  */
 export interface ComfySimOptions {
   /** Default 127.0.0.1. */
   host?: string;
   /** 0 (the default) = any free port. */
   port?: number;
-  /** Kiln model names whose template model files are installed; default every template. */
+  /** Kiln model names whose template model files are installed; default every template, `[]` none. */
   models?: string[];
-  /** Simulated time per sampler step; default 20 ms. */
+  /** Simulated time per sampler step; default 20 ms. A slow node (ImageBlur) takes `steps` of them. */
   stepMs?: number;
   /** Progress steps per sampler node (one per prompt, two for Wan's two passes); default 10. */
   steps?: number;
+  /** Also serve newer ComfyUI's `GET /api/jobs/{id}` and `POST /api/jobs/{id}/cancel`; default false (0.3.64). */
+  jobsApi?: boolean;
 }
 
 export interface ComfySim {
   /** `http://host:port`. */
   url: string;
   port: number;
+  /** Where the runner saves its outputs (`type=output`), for tests to look at. */
+  outputDir: string;
   close(): Promise<void>;
   stats(): { prompts: number; running: number; queued: number; interrupted: number };
 }
@@ -70,8 +77,9 @@ export function installedModelFiles(models?: string[]): Map<ModelFolder, string[
 }
 
 function checkOptions(options: ComfySimOptions) {
-  const settings = { host: '127.0.0.1', port: 0, stepMs: 20, steps: 10, ...stripUndefined(options) };
-  const rules: [keyof typeof settings, number, number, boolean][] = [
+  const { jobsApi, models, ...numbers } = options;
+  const settings = { host: '127.0.0.1', port: 0, stepMs: 20, steps: 10, ...stripUndefined(numbers) };
+  const rules: [Exclude<keyof typeof settings, 'host'>, number, number, boolean][] = [
     ['port', 0, 65535, true],
     ['stepMs', 0, Number.MAX_SAFE_INTEGER, false],
     ['steps', 1, 100000, true],
@@ -88,7 +96,7 @@ function checkOptions(options: ComfySimOptions) {
       );
     }
   }
-  return settings;
+  return { ...settings, models, jobsApi: jobsApi === true };
 }
 
 function listen(server: Server, port: number, host: string): Promise<void> {
@@ -107,13 +115,20 @@ export async function startComfySim(options: ComfySimOptions = {}): Promise<Comf
   const files = await SimFiles.create();
 
   const sockets = new Map<string, WebSocket>();
+  // ComfyUI queues its messages and a loop task sends them: an HTTP answer given in the same turn
+  // (POST /prompt, POST /queue) leaves before the `status` it caused. Order is kept.
+  const outbox: [text: string, sid: string | undefined][] = [];
+  const flush = () => {
+    for (const [text, sid] of outbox.splice(0)) {
+      const targets = sid === undefined ? [...sockets.values()] : [sockets.get(sid)];
+      for (const socket of targets) if (socket?.readyState === 1) socket.send(text);
+    }
+  };
   const send: Send = (event, data, sid) => {
-    const text = JSON.stringify({ type: event, data });
-    const targets = sid === undefined ? [...sockets.values()] : [sockets.get(sid)];
-    for (const socket of targets) if (socket?.readyState === 1) socket.send(text);
+    if (outbox.push([JSON.stringify({ type: event, data }), sid]) === 1) setImmediate(flush);
   };
   const queue = new PromptQueue(files, send, { stepMs: settings.stepMs, steps: settings.steps });
-  const route = createRoutes({ files, queue, installed });
+  const route = createRoutes({ files, queue, installed, jobsApi: settings.jobsApi });
 
   const server = createServer((req, res) => {
     const url = new URL(req.url ?? '/', 'http://sim');
@@ -172,6 +187,7 @@ export async function startComfySim(options: ComfySimOptions = {}): Promise<Comf
   return {
     url: `http://${host}:${port}`,
     port,
+    outputDir: files.dir('output'),
     stats: () => queue.stats(),
     close() {
       closing ??= (async () => {

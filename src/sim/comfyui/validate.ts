@@ -1,4 +1,5 @@
-import { type Input, NODE_CLASSES, type NodeClass } from './nodes.js';
+import { NODE_CLASSES } from './catalogue.js';
+import { type Input, inputExtra, inputType, type NodeClass } from './nodes.js';
 
 /**
  * ComfyUI's prompt validation (`execution.validate_prompt` / `validate_inputs`), as a pure function
@@ -149,8 +150,8 @@ export function validatePrompt(raw: Record<string, unknown>, context: Validation
         continue;
       }
       const choices = context.choices(input);
-      const inputType = input.kind === 'type' ? input.type : [...(choices ?? [])];
-      const info = [inputType, input.extra];
+      // ComfyUI's `input_config`: the type and the options object, tooltip included.
+      const info = [inputType(nodeClass, input, choices), inputExtra(nodeClass, input, choices)];
       let value = node.inputs[name];
       if (isLink(value)) {
         if (value.length !== 2) {
