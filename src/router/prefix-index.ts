@@ -20,6 +20,13 @@ export class ReplicaCacheModel {
     return this.#blocks.size;
   }
 
+  /** Blocks used after `tick`: how far down the LRU order a block last used then has sunk. */
+  usedSince(tick: number): number {
+    let count = 0;
+    for (const used of this.#blocks.values()) if (used > tick) count++;
+    return count;
+  }
+
   has(key: string): boolean {
     return this.#blocks.has(key);
   }
