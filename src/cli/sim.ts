@@ -28,7 +28,19 @@ interface SimLlmFlags {
   decodeMsPerToken?: number;
   maxTokensDefault?: number;
   contextWindow?: number;
+  flavor?: 'vllm' | 'llama.cpp';
+  nonStreamDisconnect?: 'ignore' | 'cancel';
+  loadMs?: number;
 }
+
+/** One of the given words, for options that name a choice. */
+const oneOf =
+  <T extends string>(...choices: T[]) =>
+  (text: string): T => {
+    if (!(choices as string[]).includes(text))
+      throw new InvalidArgumentError(`expected ${choices.join(' or ')}`);
+    return text as T;
+  };
 
 interface SimComfyuiFlags {
   host: string;
@@ -56,8 +68,8 @@ export function simCommands(program: Command): void {
   sim
     .command('llm')
     .description(
-      'OpenAI-compatible LLM servers that behave like vLLM (batching, prefix cache, timing, faults); ' +
-        'prints one URL per replica on stdout and runs until SIGINT or SIGTERM',
+      'OpenAI-compatible LLM servers that behave like vLLM or llama.cpp (batching, prefix cache, timing, ' +
+        'faults); prints one URL per replica on stdout and runs until SIGINT or SIGTERM',
     )
     .option('--host <host>', 'address to listen on', '127.0.0.1')
     .option(
@@ -86,14 +98,35 @@ export function simCommands(program: Command): void {
       'output tokens when a request sets no max_tokens (default 64)',
       integer(1),
     )
-    .option('--context-window <n>', 'context length in tokens (default 32768)', integer(2))
+    .option(
+      '--context-window <n>',
+      'context length in tokens (llama.cpp: per slot) (default 32768)',
+      integer(2),
+    )
+    .option(
+      '--flavor <engine>',
+      'the engine imitated on the wire: vllm or llama.cpp (shapes, errors, routes, metrics) (default vllm)',
+      oneOf('vllm', 'llama.cpp'),
+    )
+    .option(
+      '--non-stream-disconnect <what>',
+      'what a non-streaming request does when its client leaves: ignore (run to the end, as llama.cpp) ' +
+        "or cancel (as vLLM's server) (default ignore)",
+      oneOf('ignore', 'cancel'),
+    )
+    .option(
+      '--load-ms <ms>',
+      'model load time after start: llama.cpp answers 503 meanwhile, vLLM refuses connections (default 0)',
+      milliseconds,
+    )
     .action(async (flags: SimLlmFlags) => {
       const { startLlmFleet } = await import('../sim/llm/server.js');
       const { replicas, ...options } = flags;
       const fleet = await startLlmFleet(replicas, options);
       for (const replica of fleet) process.stdout.write(`${replica.url}\n`);
       process.stderr.write(
-        `kiln sim llm: ${fleet.length} replica(s) serving ${options.model ?? 'sim-llama-3-8b'}; ` +
+        `kiln sim llm: ${fleet.length} replica(s) serving ${options.model ?? 'sim-llama-3-8b'} ` +
+          `as ${options.flavor ?? 'vllm'}; ` +
           'faults: POST /sim/fault; stop with Ctrl-C\n',
       );
       let stopping = false;

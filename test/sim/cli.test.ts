@@ -45,10 +45,36 @@ describe('kiln sim llm', () => {
     await expect(fetch(`${urls[0]}/health`)).rejects.toThrow();
   });
 
+  it("--flavor llama.cpp serves llama-server's routes and shapes", async () => {
+    const sim = spawnKiln(
+      {},
+      ['sim', 'llm', '--port', '0', '--flavor', 'llama.cpp', '--model', 'tiny'],
+      SCRIPT,
+    );
+    await sim.waitForLine(() => sim.lines.length >= 1);
+    const url = String(sim.lines[0]?.text);
+    expect(await (await fetch(`${url}/health`)).json()).toEqual({ status: 'ok' });
+    expect(await (await fetch(`${url}/props`)).json()).toMatchObject({ model_alias: 'tiny', total_slots: 8 });
+    const res = await fetch(`${url}/v1/chat/completions`, {
+      method: 'POST',
+      body: JSON.stringify({ messages: [{ role: 'user', content: 'hi' }], max_tokens: 2 }),
+    });
+    expect(await res.json()).toMatchObject({
+      system_fingerprint: expect.stringMatching(/^b11669-/),
+      timings: { predicted_n: 2 },
+    });
+    expect(sim.output()).toMatch(/1 replica\(s\) serving tiny as llama\.cpp/);
+    sim.child.kill('SIGTERM');
+    expect(await sim.exited).toEqual({ code: 0, signal: null });
+  });
+
   it('refuses a bad option value with a message and a non-zero exit', async () => {
     const sim = spawnKiln({}, ['sim', 'llm', '--replicas', '0'], SCRIPT);
     const exit = await sim.exited;
     expect(exit.code).not.toBe(0);
     expect(sim.output()).toMatch(/--replicas.*expected a whole number ≥ 1/);
+    const flavor = spawnKiln({}, ['sim', 'llm', '--flavor', 'sglang'], SCRIPT);
+    expect((await flavor.exited).code).not.toBe(0);
+    expect(flavor.output()).toMatch(/--flavor.*expected vllm or llama\.cpp/);
   });
 });

@@ -134,11 +134,26 @@ describe('LLM simulator: the OpenAI wire protocol', () => {
       choices: [
         {
           index: 0,
-          message: { role: 'assistant', content: expect.any(String) },
+          // Every field of vLLM's ChatMessage, as its server dumps the pydantic model.
+          message: {
+            role: 'assistant',
+            content: expect.any(String),
+            refusal: null,
+            annotations: null,
+            audio: null,
+            function_call: null,
+            tool_calls: [],
+            reasoning_content: null,
+          },
           logprobs: null,
           finish_reason: 'length',
+          stop_reason: null,
         },
       ],
+      service_tier: null,
+      system_fingerprint: null,
+      prompt_logprobs: null,
+      kv_transfer_params: null,
       usage: {
         // '<|system|>You are terse.\n<|user|>Name three\nglazes.\n<|assistant|>' is < | syst em | >
         // You ␣are ␣ters e . \n < | user | > Name ␣thre e \n glaz es . \n < | assi stan t | >.
@@ -227,6 +242,7 @@ describe('LLM simulator: the OpenAI wire protocol', () => {
     const { body } = await chat(sim, { ...request, stop: [stop, 'never appears'] });
     expect(body.choices[0].message.content).toBe(full.slice(0, at));
     expect(body.choices[0].finish_reason).toBe('stop');
+    expect(body.choices[0].stop_reason).toBe(stop); // vLLM names the stop string that matched
     expect(body.usage.completion_tokens).toBe(full.slice(0, at + stop.length).split(' ').length);
   });
 
@@ -285,7 +301,7 @@ describe('LLM simulator: the OpenAI wire protocol', () => {
     expect(greedy.body).toEqual(error(400, /^'max_tokens' or 'max_completion_tokens' is too large: 600\./));
 
     const cases: [Record<string, unknown>, string][] = [
-      [ask('two please', { n: 2 }), 'n'],
+      [ask('none please', { n: 0 }), 'n'],
       [ask('zero', { max_tokens: 0 }), 'max_tokens'],
       [ask('options', { stream_options: { include_usage: true } }), 'stream_options'],
       [{ messages: [] }, 'messages'],
@@ -646,15 +662,20 @@ describe('LLM simulator: the engine model', () => {
     });
   });
 
-  it('a request that gives up while queued for the prefill lane leaves without using its time', async () => {
+  it('a stream that gives up while queued for the prefill lane leaves without using its time', async () => {
     await withSim({ prefillMsPerToken: 1, decodeMsPerToken: 0 }, async (sim) => {
       const prefill = 613;
       const started = performance.now();
       const endOf = (answer: Promise<Answer>) => answer.then(() => performance.now() - started);
       const first = endOf(chat(sim, long('a')));
       await until(() => sim.stats().running === 1);
+      // A stream: engines notice a stream's client leaving (not a non-streaming one's, see below).
       const quitter = new AbortController();
-      const second = chat(sim, long('b'), { signal: quitter.signal });
+      const second = fetch(`${sim.url}/v1/chat/completions`, {
+        method: 'POST',
+        body: JSON.stringify({ model: MODEL, stream: true, ...long('b') }),
+        signal: quitter.signal,
+      }).then((res) => res.text());
       await until(() => sim.stats().prefillWaiting === 1);
       const third = endOf(chat(sim, long('c')));
       await until(() => sim.stats().prefillWaiting === 2);
@@ -745,6 +766,125 @@ describe('LLM simulator: the engine model', () => {
       expect((arrivals.at(-1) as number) - (arrivals[0] as number)).toBeGreaterThan(100);
       expect((arrivals.at(-1) as number) - started).toBeGreaterThan(175);
     });
+  });
+});
+
+describe('LLM simulator: clients that go away', () => {
+  // 200 tokens at 5 ms: about 1 s of decode, long enough to leave in the middle of.
+  const long = ask('Tell me a long story.', { max_tokens: 200 });
+  const leaveMidGeneration = async (sim: LlmSim, body: Record<string, unknown>) => {
+    const leaving = new AbortController();
+    const answer = fetch(`${sim.url}/v1/chat/completions`, {
+      method: 'POST',
+      body: JSON.stringify({ model: MODEL, ...body }),
+      signal: leaving.signal,
+    }).then((res) => res.text());
+    answer.catch(() => undefined);
+    await until(() => sim.stats().generationTokens >= 5);
+    leaving.abort();
+    await expect(answer).rejects.toMatchObject({ name: 'AbortError' });
+    return sim.stats().generationTokens;
+  };
+
+  it('a non-streaming request whose client leaves runs to its end, as llama.cpp did in the recording', async () => {
+    await withSim({ decodeMsPerToken: 5 }, async (sim) => {
+      const atLeaving = await leaveMidGeneration(sim, long);
+      expect(atLeaving).toBeLessThan(200);
+      // The engine never noticed: it decodes every token, then frees the slot.
+      await until(() => sim.stats().generationTokens === 200, 5000);
+      await until(() => sim.stats().running === 0);
+      expect(await metric(sim, 'kiln_sim_generation_tokens_total')).toBe(200);
+    });
+  });
+
+  it("with nonStreamDisconnect 'cancel' (vLLM's server) it stops as the client leaves", async () => {
+    await withSim({ decodeMsPerToken: 5, nonStreamDisconnect: 'cancel' }, async (sim) => {
+      await leaveMidGeneration(sim, long);
+      await until(() => sim.stats().running === 0, 1000);
+      const stopped = sim.stats().generationTokens;
+      await sleep(100);
+      expect(sim.stats().generationTokens).toBe(stopped);
+      expect(stopped).toBeLessThan(200);
+    });
+  });
+
+  it('a stream whose client leaves stops at once, whatever the setting', async () => {
+    await withSim({ decodeMsPerToken: 5 }, async (sim) => {
+      await leaveMidGeneration(sim, { ...long, stream: true });
+      await until(() => sim.stats().running === 0, 1000);
+      const stopped = sim.stats().generationTokens;
+      await sleep(100);
+      expect(sim.stats().generationTokens).toBe(stopped);
+      expect(stopped).toBeLessThan(200);
+    });
+  });
+});
+
+describe('LLM simulator: n choices', () => {
+  let sim: LlmSim;
+  beforeAll(async () => {
+    sim = await startLlmSim({ decodeMsPerToken: 0.5 });
+  });
+  afterAll(async () => sim?.close());
+
+  const request = ask('Three ways to glaze a bowl.', { max_tokens: 8, seed: 5 });
+
+  it('answers n choices, index by index, each its own text; the first is the n = 1 answer', async () => {
+    const single = (await chat(sim, request)).body;
+    const before = sim.stats().generationTokens;
+    const { status, body } = await chat(sim, { ...request, n: 3 });
+    expect(status).toBe(200);
+    expect(body.choices.map((c: any) => c.index)).toEqual([0, 1, 2]);
+    const texts = body.choices.map((c: any) => c.message.content);
+    expect(new Set(texts).size).toBe(3);
+    expect(texts[0]).toBe(single.choices[0].message.content);
+    for (const c of body.choices)
+      expect(c).toMatchObject({ finish_reason: 'length', message: { refusal: null } });
+    // vLLM counts every choice's tokens; the prompt is counted (and prefilled) once.
+    expect(body.usage).toMatchObject({ prompt_tokens: single.usage.prompt_tokens, completion_tokens: 24 });
+    expect(body.usage.total_tokens).toBe(single.usage.prompt_tokens + 24);
+    expect(sim.stats().generationTokens - before).toBe(24);
+    expect((await chat(sim, { ...request, n: 3 })).body.choices.map((c: any) => c.message.content)).toEqual(
+      texts,
+    );
+  });
+
+  it('streams every choice: roles first, chunks per index, a finish per choice, one usage for all', async () => {
+    const whole = (await chat(sim, { ...request, n: 2 })).body;
+    const { text } = await streamText(sim, { ...request, n: 2, stream_options: { include_usage: true } });
+    const stream = events(text);
+    expect(stream.at(-1)).toBe('[DONE]');
+    const chunks = stream.slice(0, -1);
+    expect(chunks.slice(0, 2).map((c) => [c.choices[0].index, c.choices[0].delta])).toEqual([
+      [0, { role: 'assistant', content: '' }],
+      [1, { role: 'assistant', content: '' }],
+    ]);
+    for (const index of [0, 1]) {
+      const mine = chunks.filter((c) => c.choices[0]?.index === index);
+      const content = mine.map((c) => c.choices[0].delta.content ?? '').join('');
+      expect(content).toBe(whole.choices[index].message.content);
+      expect(mine.filter((c) => c.choices[0].finish_reason !== null).map((c) => c.choices[0])).toEqual([
+        { index, delta: {}, logprobs: null, finish_reason: 'length' },
+      ]);
+    }
+    // Each choice's tokens interleave, position by position.
+    expect(chunks.slice(2, 4).map((c) => c.choices[0].index)).toEqual([0, 1]);
+    const usage = chunks.filter((c) => c.usage);
+    expect(usage).toHaveLength(1);
+    expect(usage[0].choices).toEqual([]);
+    expect(usage[0].usage.completion_tokens).toBe(16);
+    expect(chunks.at(-1)).toBe(usage[0]);
+  });
+
+  it('ends each choice at its own stop string', async () => {
+    const texts: string[] = (await chat(sim, { ...request, n: 2, max_tokens: 30 })).body.choices.map(
+      (c: any) => c.message.content,
+    );
+    const stop = ` ${(texts[1] as string).split(' ')[3]}`;
+    const { body } = await chat(sim, { ...request, n: 2, max_tokens: 30, stop });
+    const cut = texts.map((t) => (t.includes(stop) ? t.slice(0, t.indexOf(stop)) : t));
+    expect(body.choices.map((c: any) => c.message.content)).toEqual(cut);
+    expect(body.choices[1].finish_reason).toBe('stop');
   });
 });
 

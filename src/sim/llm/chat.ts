@@ -1,28 +1,30 @@
-import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { LlmEngine, Sequence } from './engine.js';
 import type { Fault } from './faults.js';
+import type { Flavor } from './flavor.js';
 import { readJson, sendError, sendJson } from './http.js';
 import {
+  type ChoiceOutcome,
   type Completion,
-  checkContext,
-  chunkBody,
-  completionBody,
-  isVllmError,
-  modelNotFound,
-  parseChatRequest,
+  isSimError,
+  type RunFigures,
   SSE_DONE,
+  type StepToken,
+  type StreamWriter,
   sse,
-  usage,
-  usageChunkBody,
-  vllmError,
 } from './protocol.js';
-import { applyStop, countTokens, generateTokens, renderChatPrompt, type StoppedOutput } from './text.js';
+import { applyStop, countTokens, generateTokens, renderChatPrompt } from './text.js';
+
+/** What a non-streaming request's engine does when its client goes away. */
+export type NonStreamDisconnect = 'ignore' | 'cancel';
 
 export interface ChatSettings {
   model: string;
   contextWindow: number;
   maxTokensDefault: number;
+  prefillMsPerToken: number;
+  decodeMsPerToken: number;
+  nonStreamDisconnect: NonStreamDisconnect;
 }
 
 /** An abort signal that fires when the client goes away before the answer is complete. */
@@ -34,81 +36,120 @@ function clientGone(res: ServerResponse): AbortSignal {
   return controller.signal;
 }
 
+/** A choice's tokens as decoded, and how it ends. */
+interface Choice {
+  /** The text of each token position (a position past a stop string sends nothing). */
+  tokens: string[];
+  outcome: ChoiceOutcome;
+}
+
 /** `POST /v1/chat/completions`, under the fault in force when the request arrived. */
 export async function handleChat(
   req: IncomingMessage,
   res: ServerResponse,
   engine: LlmEngine,
   settings: ChatSettings,
+  flavor: Flavor,
   fault: Fault | undefined,
 ): Promise<void> {
   if (fault?.kind === 'hang') return; // accepted, never answered: the client has to time out
   if (fault?.kind === 'error') {
     const message = fault.message ?? `simulated engine failure (HTTP ${fault.status})`;
-    return sendError(res, vllmError(fault.status, message));
+    return sendError(res, flavor, flavor.error(fault.status, message));
   }
-  const read = await readJson(req);
-  if ('error' in read) return sendError(res, read.error);
-  const request = parseChatRequest(read.body);
-  if (isVllmError(request)) return sendError(res, request);
-  if (request.model !== undefined && request.model !== settings.model) {
-    return sendError(res, modelNotFound(request.model));
-  }
+  const read = await readJson(req, flavor);
+  if ('error' in read) return sendError(res, flavor, read.error);
+  const request = flavor.parseChat(read.body);
+  if (isSimError(request)) return sendError(res, flavor, request);
+  const unknownModel = flavor.checkModel(request.model, settings.model);
+  if (unknownModel) return sendError(res, flavor, unknownModel);
 
   const prompt = renderChatPrompt(request.messages);
   const promptTokens = countTokens(prompt);
-  const tooLong = checkContext(promptTokens, request.maxTokens, settings.contextWindow);
-  if (tooLong) return sendError(res, tooLong);
-  const maxTokens =
-    request.maxTokens ?? Math.min(settings.maxTokensDefault, settings.contextWindow - promptTokens);
-  // The answer depends on the model, the rendered prompt and the seed, nothing else.
+  const budget = flavor.budget(promptTokens, request, settings);
+  if (typeof budget !== 'number') return sendError(res, flavor, budget);
+  // The answer depends on the model, the rendered prompt, the seed and the choice, nothing else;
+  // choice 0 is the answer the same request with n = 1 gets.
   const key = `${settings.model}\u0000${prompt}\u0000${request.seed ?? ''}`;
-  const output = applyStop(generateTokens(key, maxTokens), request.stop);
+  const choices: Choice[] = Array.from({ length: request.n }, (_, index) => {
+    const output = applyStop(
+      generateTokens(index === 0 ? key : `${key}\u0000${index}`, budget),
+      request.stop,
+    );
+    return {
+      tokens: output.tokens,
+      outcome: {
+        index,
+        text: output.tokens.join(''),
+        finishReason: output.finishReason,
+        stopString: output.stopString,
+        completionTokens: output.generated,
+      },
+    };
+  });
 
   const completion: Completion = {
-    id: `chatcmpl-${randomUUID().replaceAll('-', '')}`,
+    id: flavor.completionId(),
     created: Math.floor(Date.now() / 1000),
     model: settings.model,
   };
+  const sequence: Sequence = {
+    prompt,
+    promptTokens,
+    outputTokens: choices.map((c) => c.outcome.completionTokens),
+    stream: request.stream,
+  };
+  const figures = (cachedTokens: number): RunFigures => ({
+    promptTokens,
+    cachedTokens,
+    prefillMs: (promptTokens - cachedTokens) * settings.prefillMsPerToken,
+    decodeMsPerToken: settings.decodeMsPerToken,
+  });
   const dropAfter = fault?.kind === 'drop-mid-stream' ? fault.afterChunks : undefined;
-  const sequence = { prompt, promptTokens, outputTokens: output.generated };
-  const signal = clientGone(res);
 
   if (!request.stream) {
+    // Real engines (llama.cpp, recorded) do not notice that a non-streaming client has gone: the
+    // request runs to its end, and only then finds nobody to answer.
+    const signal = settings.nonStreamDisconnect === 'cancel' ? clientGone(res) : new AbortController().signal;
     const cached = await engine.run(sequence, signal);
     if (cached === undefined || dropAfter !== undefined) {
       res.destroy();
       return;
     }
-    const u = usage(promptTokens, output.generated, cached);
-    return sendJson(res, 200, completionBody(completion, output.tokens.join(''), output.finishReason, u));
+    if (res.destroyed) return;
+    const outcomes = choices.map((c) => c.outcome);
+    return sendJson(res, flavor, 200, flavor.completionBody(completion, outcomes, figures(cached)));
   }
-  await stream(res, engine, signal, {
-    completion,
-    sequence,
-    output,
-    includeUsage: request.includeUsage,
-    dropAfter,
-  });
+  const writer = flavor.streamWriter(completion, request);
+  await stream(res, engine, clientGone(res), { flavor, sequence, choices, writer, figures, dropAfter });
 }
 
 interface StreamJob {
-  completion: Completion;
+  flavor: Flavor;
   sequence: Sequence;
-  output: StoppedOutput;
-  includeUsage: boolean;
+  choices: Choice[];
+  writer: StreamWriter;
+  figures(cachedTokens: number): RunFigures;
   /** The drop-mid-stream fault's event count, if in force. */
   dropAfter: number | undefined;
 }
 
-async function stream(
-  res: ServerResponse,
-  engine: LlmEngine,
-  signal: AbortSignal,
-  job: StreamJob,
-): Promise<void> {
-  const { completion, sequence, output, dropAfter } = job;
-  res.writeHead(200, { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache' });
+/** The tokens of positions [from, to), position by position, each choice in index order. */
+function stepTokens(choices: readonly Choice[], from: number, to: number): StepToken[] {
+  const tokens: StepToken[] = [];
+  for (let i = from; i < to; i++) {
+    for (const { tokens: texts, outcome } of choices) {
+      if (i >= outcome.completionTokens) continue;
+      const last = i === outcome.completionTokens - 1 ? outcome : undefined;
+      tokens.push({ index: outcome.index, text: texts[i] ?? '', first: i === 0, last });
+    }
+  }
+  return tokens;
+}
+
+async function stream(res: ServerResponse, engine: LlmEngine, signal: AbortSignal, job: StreamJob) {
+  const { flavor, sequence, choices, writer, dropAfter } = job;
+  res.writeHead(200, { ...flavor.headers, ...flavor.sseHeaders });
   res.flushHeaders();
   let events = 0;
   let cut = false;
@@ -134,25 +175,15 @@ async function stream(
     return;
   }
 
-  const cached = await engine.run(sequence, signal, (from, to) => {
-    const batch: string[] = [];
-    // vLLM's first event announces the role; the content follows as tokens are decoded.
-    if (from === 0) batch.push(sse(chunkBody(completion, { role: 'assistant', content: '' }, null)));
-    for (let i = from; i < to && i < output.tokens.length; i++) {
-      const content = output.tokens[i] as string;
-      if (content !== '') batch.push(sse(chunkBody(completion, { content }, null)));
-    }
-    send(batch);
+  const cached = await engine.run(sequence, signal, (from, to, cachedTokens) => {
+    send(writer.step(stepTokens(choices, from, to), job.figures(cachedTokens)).map(sse));
   });
   if (cut) return; // the connection goes as soon as the allowed events are out
   if (cached === undefined || res.destroyed) {
     res.destroy();
     return;
   }
-  const tail = [sse(chunkBody(completion, {}, output.finishReason))];
-  if (job.includeUsage) {
-    tail.push(sse(usageChunkBody(completion, usage(sequence.promptTokens, output.generated, cached))));
-  }
-  tail.push(SSE_DONE);
+  const outcomes = choices.map((c) => c.outcome);
+  const tail = [...writer.close(outcomes, job.figures(cached)).map(sse), SSE_DONE];
   if (send(tail)) res.end();
 }

@@ -1,4 +1,5 @@
 import type { SimStats } from './engine.js';
+import type { FlavorName } from './flavor.js';
 
 interface Metric {
   name: string;
@@ -8,11 +9,12 @@ interface Metric {
   labels?: Record<string, string>;
 }
 
-/** What the vllm: series describe beside the running figures. */
+/** What the engines' series describe beside the running figures. */
 export interface MetricsInfo {
   model: string;
   blockTokens: number;
   kvBlocks: number;
+  decodeMsPerToken: number;
 }
 
 /** Prometheus label values escape backslash, double quote and newline. */
@@ -129,7 +131,94 @@ function vllmMetrics(stats: SimStats, info: MetricsInfo): Metric[] {
   ];
 }
 
+/**
+ * The series llama-server exposes with `--metrics`, under its names and help texts (unlabelled, as
+ * it has them). Times are the modelled ones; `n_decode_total` counts decode steps per request
+ * (llama.cpp batches the slots into one call), and `n_busy_slots_per_decode` is the choices
+ * decoded per step.
+ */
+function llamaMetrics(stats: SimStats, info: MetricsInfo): Metric[] {
+  const promptProcessed = stats.prefixQueryTokens - stats.prefixHitTokens;
+  const promptSeconds = stats.prefillMs / 1000;
+  const decodeSeconds = (stats.decodeSteps * info.decodeMsPerToken) / 1000;
+  const rate = (tokens: number, seconds: number) => (seconds > 0 ? tokens / seconds : 0);
+  const metric = (name: string, type: Metric['type'], help: string, value: number): Metric => ({
+    name: `llamacpp:${name}`,
+    type,
+    help,
+    value,
+  });
+  return [
+    metric(
+      'prompt_tokens_total',
+      'counter',
+      'Number of prompt tokens processed, excluding cached tokens',
+      promptProcessed,
+    ),
+    metric(
+      'prompt_tokens_cached_total',
+      'counter',
+      'Number of prompt tokens reused from the cache',
+      stats.prefixHitTokens,
+    ),
+    metric('prompt_seconds_total', 'counter', 'Total time spent processing prompts', promptSeconds),
+    metric(
+      'tokens_predicted_total',
+      'counter',
+      'Number of generation tokens processed',
+      stats.generationTokens,
+    ),
+    metric('tokens_predicted_seconds_total', 'counter', 'Total time spent generating tokens', decodeSeconds),
+    metric(
+      'n_decode_total',
+      'counter',
+      'Total number of llama_decode() calls, excluding speculative decoding and multimodal decoding',
+      stats.decodeSteps,
+    ),
+    metric(
+      'n_tokens_max',
+      'counter',
+      'Largest observed sequence length (prompt + generation)',
+      stats.longestSequence,
+    ),
+    metric('spec_decode_num_draft_tokens_total', 'counter', 'Speculative: Total draft tokens generated', 0),
+    metric(
+      'spec_decode_num_accepted_tokens_total',
+      'counter',
+      'Speculative: Total draft tokens accepted by the target model',
+      0,
+    ),
+    metric(
+      'spec_decode_num_drafts_total',
+      'counter',
+      'Speculative: Total speculative decoding verification steps',
+      0,
+    ),
+    metric(
+      'prompt_tokens_seconds',
+      'gauge',
+      'Average prompt throughput in tokens/s',
+      rate(promptProcessed, promptSeconds),
+    ),
+    metric(
+      'predicted_tokens_seconds',
+      'gauge',
+      'Average generation throughput in tokens/s',
+      rate(stats.generationTokens, decodeSeconds),
+    ),
+    metric('requests_processing', 'gauge', 'Number of requests processing', stats.running),
+    metric('requests_deferred', 'gauge', 'Number of requests deferred', stats.waiting),
+    metric(
+      'n_busy_slots_per_decode',
+      'gauge',
+      'Average number of busy slots per llama_decode() call',
+      stats.decodeSteps > 0 ? stats.generationTokens / stats.decodeSteps : 0,
+    ),
+  ];
+}
+
 /** The simulator's /metrics in the Prometheus text exposition format (version 0.0.4). */
-export function renderMetrics(stats: SimStats, info: MetricsInfo): string {
-  return [...kilnMetrics(stats), ...vllmMetrics(stats, info)].map(series).join('');
+export function renderMetrics(stats: SimStats, info: MetricsInfo, engine: FlavorName): string {
+  const own = engine === 'vllm' ? vllmMetrics(stats, info) : llamaMetrics(stats, info);
+  return [...kilnMetrics(stats), ...own].map(series).join('');
 }

@@ -1,47 +1,46 @@
-import { STATUS_CODES } from 'node:http';
 import type { ChatMessage } from './text.js';
 
 /**
- * The OpenAI chat-completions wire shapes as vLLM's OpenAI server speaks them: pure functions from
- * a request body to a parsed request or an error, and from results to response bodies.
+ * What every flavor of the OpenAI chat-completions protocol shares: the parsed request, the
+ * outcome of each generated choice, and server-sent events. Pure functions from a request body
+ * to a parsed request or an error; the wire shapes of answers are the flavors' (vllm.ts,
+ * llamacpp.ts).
  */
 
-/** vLLM's error envelope (`ErrorResponse` wrapping `ErrorInfo`): `code` is the HTTP status. */
-export interface VllmError {
+/** An error answer: its HTTP status and its JSON body, in the engine's own shape. */
+export interface SimError {
   status: number;
-  body: { error: { message: string; type: string; param: string | null; code: number } };
+  body: Record<string, unknown>;
 }
 
-/** vLLM names the error type after the status: `BadRequestError`, `NotFoundError`, … */
-export function errorType(status: number): string {
-  const phrase = (STATUS_CODES[status] ?? 'Unknown').replace(/[^A-Za-z]/g, '');
-  return phrase.endsWith('Error') ? phrase : `${phrase}Error`;
-}
-
-export function vllmError(status: number, message: string, param: string | null = null): VllmError {
-  return { status, body: { error: { message, type: errorType(status), param, code: status } } };
-}
-
-export const modelNotFound = (model: string) => vllmError(404, `The model \`${model}\` does not exist.`);
+export const isSimError = (value: unknown): value is SimError =>
+  isObject(value) && typeof value.status === 'number' && isObject(value.body);
 
 export interface ChatRequest {
-  /** Absent means the served model, as in vLLM. */
+  /** Absent means the served model. */
   model: string | undefined;
   messages: ChatMessage[];
   /** max_completion_tokens, else max_tokens; absent means the server's default. */
   maxTokens: number | undefined;
   stop: string[];
   seed: number | undefined;
+  /** Choices to generate (OpenAI's `n`). */
+  n: number;
   stream: boolean;
   includeUsage: boolean;
 }
 
+/** The most choices one request may ask for: enough for any client, few enough to stay cheap. */
+export const MAX_CHOICES = 128;
+
 export const isObject = (value: unknown): value is Record<string, unknown> =>
   typeof value === 'object' && value !== null && !Array.isArray(value);
 export const absent = (value: unknown) => value === undefined || value === null;
-const bad = (message: string, param: string) => vllmError(400, message, param);
 
-function parseContent(content: unknown, at: string): string | VllmError {
+/** How a flavor words a refusal of one field. */
+export type BadField = (message: string, param: string) => SimError;
+
+function parseContent(content: unknown, at: string, bad: BadField): string | SimError {
   if (absent(content)) return '';
   if (typeof content === 'string') return content;
   if (!Array.isArray(content)) return bad(`${at} must be a string or an array of content parts`, at);
@@ -60,7 +59,7 @@ function parseContent(content: unknown, at: string): string | VllmError {
 }
 
 /** Chat messages as chat completions (and /tokenize) take them: string or text-part content. */
-export function parseMessages(messages: unknown): ChatMessage[] | VllmError {
+export function parseMessages(messages: unknown, bad: BadField): ChatMessage[] | SimError {
   if (!Array.isArray(messages) || messages.length === 0) {
     return bad('messages must be a non-empty array', 'messages');
   }
@@ -69,14 +68,14 @@ export function parseMessages(messages: unknown): ChatMessage[] | VllmError {
     if (!isObject(message) || typeof message.role !== 'string') {
       return bad(`messages[${i}] must be an object with a string role`, 'messages');
     }
-    const content = parseContent(message.content, `messages[${i}].content`);
+    const content = parseContent(message.content, `messages[${i}].content`, bad);
     if (typeof content !== 'string') return content;
     parsed.push({ role: message.role, content });
   }
   return parsed;
 }
 
-function parseMaxTokens(body: Record<string, unknown>): number | undefined | VllmError {
+function parseMaxTokens(body: Record<string, unknown>, bad: BadField): number | undefined | SimError {
   const name = absent(body.max_completion_tokens) ? 'max_tokens' : 'max_completion_tokens';
   const value = body[name];
   if (absent(value)) return undefined;
@@ -85,7 +84,7 @@ function parseMaxTokens(body: Record<string, unknown>): number | undefined | Vll
   return value as number;
 }
 
-function parseStop(stop: unknown): string[] | VllmError {
+function parseStop(stop: unknown, bad: BadField): string[] | SimError {
   if (absent(stop)) return [];
   const list = typeof stop === 'string' ? [stop] : stop;
   if (!Array.isArray(list) || !list.every((s) => typeof s === 'string')) {
@@ -94,23 +93,31 @@ function parseStop(stop: unknown): string[] | VllmError {
   return list.filter((s) => s !== '');
 }
 
-/** Validates an OpenAI chat-completions body; tools, tool_choice and response_format are accepted and ignored. */
-export function parseChatRequest(body: unknown): ChatRequest | VllmError {
+export interface ParseRules {
+  bad: BadField;
+  /** vLLM refuses stream_options on a request that does not stream; llama.cpp ignores them. */
+  streamOptionsNeedStream: boolean;
+}
+
+/**
+ * Validates an OpenAI chat-completions body; tools, tool_choice and response_format are accepted
+ * and ignored (a flavor checks what its engine checks before this).
+ */
+export function parseChatRequest(body: unknown, rules: ParseRules): ChatRequest | SimError {
+  const { bad } = rules;
   if (!isObject(body)) return bad('the request body must be a JSON object', 'body');
   if (!absent(body.model) && typeof body.model !== 'string') return bad('model must be a string', 'model');
-  const messages = parseMessages(body.messages);
+  const messages = parseMessages(body.messages, bad);
   if (!Array.isArray(messages)) return messages;
-  const maxTokens = parseMaxTokens(body);
+  const maxTokens = parseMaxTokens(body, bad);
   if (typeof maxTokens === 'object') return maxTokens;
-  const stop = parseStop(body.stop);
+  const stop = parseStop(body.stop, bad);
   if (!Array.isArray(stop)) return stop;
 
-  if (!absent(body.n) && body.n !== 1) {
-    return bad(
-      `n must be 1: the simulator generates one choice per request, got ${JSON.stringify(body.n)}.`,
-      'n',
-    );
-  }
+  if (!absent(body.n) && !Number.isInteger(body.n)) return bad('n must be an integer', 'n');
+  const n = absent(body.n) ? 1 : (body.n as number);
+  if (n < 1) return bad(`n must be at least 1, got ${n}.`, 'n');
+  if (n > MAX_CHOICES) return bad(`n must be at most ${MAX_CHOICES}, got ${n}.`, 'n');
   if (!absent(body.seed) && !Number.isInteger(body.seed)) return bad('seed must be an integer', 'seed');
   if (!absent(body.temperature) && !(typeof body.temperature === 'number' && body.temperature >= 0)) {
     return bad('temperature must be a number of at least 0', 'temperature');
@@ -123,9 +130,11 @@ export function parseChatRequest(body: unknown): ChatRequest | VllmError {
   const stream = body.stream === true;
   let includeUsage = false;
   if (!absent(body.stream_options)) {
-    if (!stream) return bad('Stream options can only be defined when `stream=True`.', 'stream_options');
+    if (!stream && rules.streamOptionsNeedStream) {
+      return bad('Stream options can only be defined when `stream=True`.', 'stream_options');
+    }
     if (!isObject(body.stream_options)) return bad('stream_options must be an object', 'stream_options');
-    includeUsage = body.stream_options.include_usage === true;
+    includeUsage = stream && body.stream_options.include_usage === true;
   }
   return {
     model: absent(body.model) ? undefined : (body.model as string),
@@ -133,83 +142,57 @@ export function parseChatRequest(body: unknown): ChatRequest | VllmError {
     maxTokens,
     stop,
     seed: absent(body.seed) ? undefined : (body.seed as number),
+    n,
     stream,
     includeUsage,
   };
 }
 
-export const isVllmError = (value: unknown): value is VllmError => isObject(value) && 'status' in value;
+export type FinishReason = 'length' | 'stop';
 
-/** vLLM's two context checks: the prompt alone, then the prompt plus the requested completion. */
-export function checkContext(
-  promptTokens: number,
-  maxTokens: number | undefined,
-  contextWindow: number,
-): VllmError | undefined {
-  if (promptTokens >= contextWindow) {
-    return vllmError(
-      400,
-      `This model's maximum context length is ${contextWindow} tokens. However, your request has ${promptTokens} input tokens. Please reduce the length of the input messages.`,
-    );
-  }
-  if (maxTokens !== undefined && promptTokens + maxTokens > contextWindow) {
-    return vllmError(
-      400,
-      `'max_tokens' or 'max_completion_tokens' is too large: ${maxTokens}. This model's maximum context length is ${contextWindow} tokens and your request has ${promptTokens} input tokens (${maxTokens} > ${contextWindow} - ${promptTokens}).`,
-    );
-  }
-  return undefined;
+/** One generated choice, as it ends. */
+export interface ChoiceOutcome {
+  index: number;
+  /** The whole text (a stream sends it token by token). */
+  text: string;
+  finishReason: FinishReason;
+  /** The stop string that ended it, if one did. */
+  stopString: string | undefined;
+  /** Tokens generated for it, the one that completed a stop string included. */
+  completionTokens: number;
 }
 
-export interface Usage {
-  prompt_tokens: number;
-  completion_tokens: number;
-  total_tokens: number;
-  prompt_tokens_details: { cached_tokens: number };
+/** What the engine did for a request, shared by its choices: one prompt, prefilled once. */
+export interface RunFigures {
+  promptTokens: number;
+  cachedTokens: number;
+  /** Modelled prefill time of the uncached prompt tokens. */
+  prefillMs: number;
+  decodeMsPerToken: number;
 }
 
-export const usage = (prompt: number, completion: number, cached: number): Usage => ({
-  prompt_tokens: prompt,
-  completion_tokens: completion,
-  total_tokens: prompt + completion,
-  prompt_tokens_details: { cached_tokens: cached },
-});
-
+/** The identity every body and chunk of one answer carries. */
 export interface Completion {
   id: string;
   created: number;
   model: string;
 }
 
-export type FinishReason = 'length' | 'stop';
+/** One choice's token in a decode step of a stream. */
+export interface StepToken {
+  index: number;
+  text: string;
+  /** The choice's first token: the stream announces the assistant's role before it. */
+  first: boolean;
+  /** Set on the choice's last token: how it ended. */
+  last: ChoiceOutcome | undefined;
+}
 
-export const completionBody = (c: Completion, content: string, finish: FinishReason, u: Usage) => ({
-  id: c.id,
-  object: 'chat.completion',
-  created: c.created,
-  model: c.model,
-  choices: [{ index: 0, message: { role: 'assistant', content }, logprobs: null, finish_reason: finish }],
-  usage: u,
-});
-
-/** One `chat.completion.chunk` with a single choice. */
-export const chunkBody = (c: Completion, delta: Record<string, string>, finish: FinishReason | null) => ({
-  id: c.id,
-  object: 'chat.completion.chunk',
-  created: c.created,
-  model: c.model,
-  choices: [{ index: 0, delta, logprobs: null, finish_reason: finish }],
-});
-
-/** The chunk stream_options.include_usage adds after the last choice chunk. */
-export const usageChunkBody = (c: Completion, u: Usage) => ({
-  id: c.id,
-  object: 'chat.completion.chunk',
-  created: c.created,
-  model: c.model,
-  choices: [],
-  usage: u,
-});
+/** How a flavor lays out a stream: events per decode step, then the closing ones before [DONE]. */
+export interface StreamWriter {
+  step(tokens: readonly StepToken[], figures: RunFigures): unknown[];
+  close(outcomes: readonly ChoiceOutcome[], figures: RunFigures): unknown[];
+}
 
 /** One server-sent event as OpenAI streams them. */
 export const sse = (payload: unknown): string => `data: ${JSON.stringify(payload)}\n\n`;

@@ -1,21 +1,26 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
-import { handleChat } from './chat.js';
+import { handleChat, type NonStreamDisconnect } from './chat.js';
 import { LlmEngine, type SimStats } from './engine.js';
 import { type Fault, parseFault } from './faults.js';
+import { FLAVORS, type Flavor, type FlavorName, type ReplicaInfo, type RouteAnswer } from './flavor.js';
 import { readJson, sendError, sendJson } from './http.js';
-import { renderMetrics } from './metrics.js';
-import { vllmError } from './protocol.js';
-import { handleTokenize } from './tokenize.js';
+import { llamacpp } from './llamacpp.js';
+import { isSimError } from './protocol.js';
+import { vllm } from './vllm.js';
 
+export type { NonStreamDisconnect } from './chat.js';
 export type { SimStats } from './engine.js';
 export type { Fault } from './faults.js';
+export type { FlavorName } from './flavor.js';
+
+const FLAVOR_OF: Record<FlavorName, Flavor> = { vllm, 'llama.cpp': llamacpp };
 
 /**
- * An OpenAI-compatible LLM server that behaves like vLLM or SGLang without a GPU: deterministic
- * text, continuous batching, a KV prefix cache and real prefill/decode timing, plus faults to
- * rehearse failure against. Built on node:http rather than Fastify: the few routes need no
- * router, and server-sent events, destroying a socket mid-stream and closing and reopening the
- * listener are direct there.
+ * An OpenAI-compatible LLM server that behaves like vLLM or llama.cpp's llama-server without a
+ * GPU: deterministic text, continuous batching, a KV prefix cache and real prefill/decode timing,
+ * plus faults to rehearse failure against. Built on node:http rather than Fastify: the few routes
+ * need no router, and server-sent events, destroying a socket mid-stream and closing and reopening
+ * the listener are direct there.
  */
 export interface LlmSimOptions {
   /** Default 127.0.0.1. */
@@ -39,8 +44,21 @@ export interface LlmSimOptions {
   decodeMsPerToken?: number;
   /** Output tokens when the request gives neither max_tokens nor max_completion_tokens. Default 64. */
   maxTokensDefault?: number;
-  /** Prompt plus output tokens; longer requests get vLLM's 400. Default 32768. */
+  /** Prompt plus output tokens (llama.cpp: the context of one slot); longer prompts get a 400. Default 32768. */
   contextWindow?: number;
+  /** The engine imitated on the wire: shapes, errors, routes and metrics. Default 'vllm'. */
+  flavor?: FlavorName;
+  /**
+   * What a non-streaming request does when its client goes away: 'ignore' (the default) runs it
+   * to the end, as llama.cpp does (recorded) and as any engine Kiln must not trust to notice;
+   * 'cancel' stops it at once, as vLLM's server does. A stream always stops at once.
+   */
+  nonStreamDisconnect?: NonStreamDisconnect;
+  /**
+   * How long the engine loads its model after starting: llama.cpp answers every route 503
+   * `Loading model` meanwhile, vLLM accepts no connection yet. Default 0.
+   */
+  loadMs?: number;
 }
 
 export interface LlmSim {
@@ -71,6 +89,9 @@ const DEFAULTS: Settings = {
   decodeMsPerToken: 5,
   maxTokensDefault: 64,
   contextWindow: 32768,
+  flavor: 'vllm',
+  nonStreamDisconnect: 'ignore',
+  loadMs: 0,
 };
 
 function settingsFrom(options: LlmSimOptions): Settings {
@@ -87,9 +108,20 @@ function settingsFrom(options: LlmSimOptions): Settings {
     ['contextWindow', 2, true],
     ['prefillMsPerToken', 0, false],
     ['decodeMsPerToken', 0, false],
+    ['loadMs', 0, false],
   ];
+  if (!FLAVORS.includes(settings.flavor)) {
+    throw new RangeError(
+      `LLM simulator option flavor must be one of ${FLAVORS.join(', ')}, got ${String(settings.flavor)}`,
+    );
+  }
+  if (!['ignore', 'cancel'].includes(settings.nonStreamDisconnect)) {
+    throw new RangeError(
+      `LLM simulator option nonStreamDisconnect must be ignore or cancel, got ${String(settings.nonStreamDisconnect)}`,
+    );
+  }
   for (const [name, min, integer] of rules) {
-    const value = settings[name];
+    const value = settings[name] as unknown;
     if (
       typeof value !== 'number' ||
       !Number.isFinite(value) ||
@@ -121,73 +153,62 @@ function listen(server: Server, port: number, host: string): Promise<void> {
 const warnListener = (error: unknown) =>
   process.emitWarning(`LLM simulator listener: ${(error as Error).message ?? String(error)}`);
 
-const notFound = (res: ServerResponse) => sendJson(res, 404, { detail: 'Not Found' });
-const notAllowed = (res: ServerResponse) => sendJson(res, 405, { detail: 'Method Not Allowed' });
+/** A flavor route's answer on the wire. */
+function sendAnswer(res: ServerResponse, flavor: Flavor, answer: RouteAnswer) {
+  if (isSimError(answer)) return sendError(res, flavor, answer);
+  if ('json' in answer) return sendJson(res, flavor, answer.status, answer.json);
+  res.writeHead(answer.status, { ...flavor.headers, 'content-type': answer.contentType });
+  res.end(answer.text);
+}
 
 export async function startLlmSim(options: LlmSimOptions = {}): Promise<LlmSim> {
   const settings = settingsFrom(options);
+  const flavor = FLAVOR_OF[settings.flavor];
   const engine = new LlmEngine(settings);
+  const replica: ReplicaInfo = {
+    ...settings,
+    stats: () => engine.stats(),
+    slots: () => engine.slotViews(),
+    resetPrefixCache: () => engine.resetPrefixCache(),
+  };
   let fault: Fault | undefined;
   let faultTimer: NodeJS.Timeout | undefined;
+  let loading = settings.loadMs > 0;
+  let loadTimer: NodeJS.Timeout | undefined;
   let closed = false;
   // Listener changes (refuse, reopen, close) run one after another, each bringing the listener
   // to the state the current fault asks for.
   let listener = Promise.resolve();
 
   const route = async (req: IncomingMessage, res: ServerResponse, path: string): Promise<void> => {
-    switch (path) {
-      case '/v1/chat/completions':
-        if (req.method !== 'POST') return notAllowed(res);
-        return handleChat(req, res, engine, settings, fault);
-      case '/v1/models':
-        if (req.method !== 'GET') return notAllowed(res);
-        return sendJson(res, 200, {
-          object: 'list',
-          data: [
-            {
-              id: settings.model,
-              object: 'model',
-              created: Math.floor(Date.now() / 1000),
-              owned_by: 'simulator',
-              root: settings.model,
-              parent: null,
-              max_model_len: settings.contextWindow,
-            },
-          ],
-        });
-      case '/health':
-        if (req.method !== 'GET') return notAllowed(res);
-        res.writeHead(200, { 'content-length': 0 }).end();
-        return;
-      case '/metrics':
-        if (req.method !== 'GET') return notAllowed(res);
-        res.writeHead(200, { 'content-type': 'text/plain; version=0.0.4; charset=utf-8' });
-        res.end(renderMetrics(engine.stats(), settings));
-        return;
-      case '/tokenize':
-        if (req.method !== 'POST') return notAllowed(res);
-        return handleTokenize(req, res, settings);
-      case '/reset_prefix_cache':
-        if (req.method !== 'POST') return notAllowed(res);
-        engine.resetPrefixCache();
-        res.writeHead(200, { 'content-length': 0 }).end();
-        return;
-      case '/sim/fault': {
-        if (req.method === 'GET') return sendJson(res, 200, { fault: fault ?? null });
-        if (req.method !== 'POST') return notAllowed(res);
-        const read = await readJson(req);
-        if ('error' in read) return sendError(res, read.error);
-        const parsed = parseFault(read.body);
-        if ('problem' in parsed) return sendError(res, vllmError(400, parsed.problem));
-        // Answer first, on a connection that then closes, so that a `refuse` leaves no idle
-        // keep-alive connection behind for the client to reuse.
-        sendJson(res, 200, { fault: parsed.fault ?? null }, { connection: 'close' });
-        await sim.setFault(parsed.fault).catch(warnListener);
-        return;
-      }
-      default:
-        return notFound(res);
+    if (path === '/sim/fault') {
+      if (req.method === 'GET') return sendJson(res, flavor, 200, { fault: fault ?? null });
+      if (req.method !== 'POST') return sendError(res, flavor, flavor.wrongMethod());
+      const read = await readJson(req, flavor);
+      if ('error' in read) return sendError(res, flavor, read.error);
+      const parsed = parseFault(read.body);
+      if ('problem' in parsed) return sendError(res, flavor, flavor.error(400, parsed.problem));
+      // Answer first, on a connection that then closes, so that a `refuse` leaves no idle
+      // keep-alive connection behind for the client to reuse.
+      sendJson(res, flavor, 200, { fault: parsed.fault ?? null }, { connection: 'close' });
+      await sim.setFault(parsed.fault).catch(warnListener);
+      return;
     }
+    if (loading) return sendError(res, flavor, flavor.loading());
+    if (flavor.chatPaths.includes(path)) {
+      if (req.method !== 'POST') return sendError(res, flavor, flavor.wrongMethod());
+      return handleChat(req, res, engine, settings, flavor, fault);
+    }
+    const served = Object.hasOwn(flavor.routes, path) ? flavor.routes[path] : undefined;
+    if (!served) return sendError(res, flavor, flavor.unknownRoute());
+    if (req.method !== served.method) return sendError(res, flavor, flavor.wrongMethod());
+    let body: unknown;
+    if (served.readsBody) {
+      const read = await readJson(req, flavor);
+      if ('error' in read) return sendError(res, flavor, read.error);
+      body = read.body;
+    }
+    return sendAnswer(res, flavor, served.answer(body, replica));
   };
 
   const server = createServer((req, res) => {
@@ -200,7 +221,7 @@ export async function startLlmSim(options: LlmSimOptions = {}): Promise<LlmSim> 
     const query = url.indexOf('?');
     route(req, res, query < 0 ? url : url.slice(0, query)).catch((error: unknown) => {
       if (res.headersSent) res.destroy();
-      else sendError(res, vllmError(500, String(error)));
+      else sendError(res, flavor, flavor.error(500, String(error)));
     });
   });
   await listen(server, settings.port, settings.host);
@@ -212,7 +233,8 @@ export async function startLlmSim(options: LlmSimOptions = {}): Promise<LlmSim> 
     listener = listener
       .catch(() => undefined)
       .then(async () => {
-        const refusing = fault?.kind === 'refuse' || closed;
+        // vLLM opens its port only once the model is loaded; llama.cpp answers 503 meanwhile.
+        const refusing = fault?.kind === 'refuse' || closed || (loading && settings.flavor === 'vllm');
         if (refusing && server.listening) {
           // close() stops accepting at once and drops idle connections; its callback would wait
           // for the busy ones, which may finish their answers.
@@ -223,6 +245,14 @@ export async function startLlmSim(options: LlmSimOptions = {}): Promise<LlmSim> 
       });
     return listener;
   };
+
+  if (loading) {
+    loadTimer = setTimeout(() => {
+      loading = false;
+      void syncListener().catch(warnListener);
+    }, settings.loadMs);
+    await syncListener();
+  }
 
   const sim: LlmSim = {
     url: `http://${host}:${port}`,
@@ -241,6 +271,7 @@ export async function startLlmSim(options: LlmSimOptions = {}): Promise<LlmSim> 
       if (closed) return;
       closed = true;
       clearTimeout(faultTimer);
+      clearTimeout(loadTimer);
       engine.stop();
       await syncListener().catch(() => undefined);
       await new Promise<void>((resolve) => {

@@ -140,6 +140,8 @@ export interface StoppedOutput {
   /** Tokens generated, the one that completed the stop string included (what usage counts). */
   generated: number;
   finishReason: 'length' | 'stop';
+  /** The stop string that ended the output, if one did. */
+  stopString?: string;
 }
 
 /**
@@ -151,11 +153,13 @@ export function applyStop(tokens: readonly string[], stop: readonly string[]): S
     const text = tokens.join('');
     let cut = -1;
     let stopEnd = -1;
+    let matched = '';
     for (const s of stop) {
       const at = text.indexOf(s);
       if (at >= 0 && (cut < 0 || at + s.length < stopEnd)) {
         cut = at;
         stopEnd = at + s.length;
+        matched = s;
       }
     }
     if (cut >= 0) {
@@ -168,7 +172,7 @@ export function applyStop(tokens: readonly string[], stop: readonly string[]): S
         generated++;
         if (offset >= stopEnd) break;
       }
-      return { tokens: kept, generated, finishReason: 'stop' };
+      return { tokens: kept, generated, finishReason: 'stop', stopString: matched };
     }
   }
   return { tokens: [...tokens], generated: tokens.length, finishReason: 'length' };

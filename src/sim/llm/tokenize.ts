@@ -1,20 +1,11 @@
-import type { IncomingMessage, ServerResponse } from 'node:http';
-import { readJson, sendError, sendJson } from './http.js';
-import {
-  absent,
-  isObject,
-  isVllmError,
-  modelNotFound,
-  parseMessages,
-  type VllmError,
-  vllmError,
-} from './protocol.js';
+import type { Flavor, ReplicaInfo, RouteAnswer } from './flavor.js';
+import { absent, type BadField, isObject, isSimError, parseMessages, type SimError } from './protocol.js';
 import { renderChatPrompt, tokenId, tokenize } from './text.js';
 
 /**
- * `POST /tokenize` in vLLM's two shapes — `{prompt}` for raw text, `{messages}` rendered with the
+ * `POST /tokenize`. vLLM's two shapes — `{prompt}` for raw text, `{messages}` rendered with the
  * chat template, so the count is what a chat completion would report as prompt_tokens — and
- * llama.cpp's `{content}`.
+ * llama.cpp's `{content}`, which the vLLM flavor understands too.
  */
 export interface TokenizeRequest {
   model: string | undefined;
@@ -26,15 +17,13 @@ export interface TokenizeRequest {
   withPieces: boolean;
 }
 
-const bad = (message: string, param: string) => vllmError(400, message, param);
-
-function optionalBoolean(body: Record<string, unknown>, name: string): boolean | undefined | VllmError {
+function optionalBoolean(body: Record<string, unknown>, name: string, bad: BadField): boolean | SimError {
   const value = body[name];
-  if (absent(value)) return undefined;
+  if (absent(value)) return false;
   return typeof value === 'boolean' ? value : bad(`${name} must be a boolean`, name);
 }
 
-export function parseTokenizeRequest(body: unknown): TokenizeRequest | VllmError {
+export function parseTokenizeRequest(body: unknown, bad: BadField): TokenizeRequest | SimError {
   if (!isObject(body)) return bad('the request body must be a JSON object', 'body');
   if (!absent(body.model) && typeof body.model !== 'string') return bad('model must be a string', 'model');
   const model = absent(body.model) ? undefined : (body.model as string);
@@ -45,16 +34,15 @@ export function parseTokenizeRequest(body: unknown): TokenizeRequest | VllmError
       'prompt',
     );
   }
-  const pieces = optionalBoolean(body, given[0] === 'content' ? 'with_pieces' : 'return_token_strs');
-  if (isVllmError(pieces)) return pieces;
-  const withPieces = pieces === true;
+  const withPieces = optionalBoolean(body, given[0] === 'content' ? 'with_pieces' : 'return_token_strs', bad);
+  if (isSimError(withPieces)) return withPieces;
 
   if (given[0] === 'messages') {
-    const messages = parseMessages(body.messages);
+    const messages = parseMessages(body.messages, bad);
     if (!Array.isArray(messages)) return messages;
-    const generation = optionalBoolean(body, 'add_generation_prompt');
-    if (isVllmError(generation)) return generation;
-    const text = renderChatPrompt(messages, generation ?? true);
+    const generation = optionalBoolean(body, 'add_generation_prompt', bad);
+    if (isSimError(generation)) return generation;
+    const text = renderChatPrompt(messages, absent(body.add_generation_prompt) || generation);
     return { model, text, shape: 'vllm', withPieces };
   }
   const name = given[0] as 'prompt' | 'content';
@@ -79,17 +67,27 @@ export function tokenizeBody(request: TokenizeRequest, maxModelLen: number): Rec
   };
 }
 
-export async function handleTokenize(
-  req: IncomingMessage,
-  res: ServerResponse,
-  settings: { model: string; contextWindow: number },
-): Promise<void> {
-  const read = await readJson(req);
-  if ('error' in read) return sendError(res, read.error);
-  const request = parseTokenizeRequest(read.body);
-  if (isVllmError(request)) return sendError(res, request);
-  if (request.model !== undefined && request.model !== settings.model) {
-    return sendError(res, modelNotFound(request.model));
-  }
-  return sendJson(res, 200, tokenizeBody(request, settings.contextWindow));
+/** vLLM's /tokenize: a model it does not serve is the same 404 as for chat completions. */
+export function vllmTokenize(body: unknown, replica: ReplicaInfo, flavor: Flavor): RouteAnswer {
+  const request = parseTokenizeRequest(body, (message, param) => flavor.error(400, message, param));
+  if (isSimError(request)) return request;
+  const unknown = flavor.checkModel(request.model, replica.model);
+  if (unknown) return unknown;
+  return { status: 200, json: tokenizeBody(request, replica.contextWindow) };
+}
+
+/**
+ * llama.cpp's /tokenize reads only `content` (a body without it gets no tokens, as llama-server
+ * answers one with `messages`), and `with_pieces`.
+ */
+export function llamaTokenize(body: unknown, flavor: Flavor): RouteAnswer {
+  if (!isObject(body) || absent(body.content)) return { status: 200, json: { tokens: [] } };
+  const bad: BadField = (message) => flavor.error(400, message);
+  if (typeof body.content !== 'string') return bad('content must be a string', 'content');
+  const withPieces = optionalBoolean(body, 'with_pieces', bad);
+  if (isSimError(withPieces)) return withPieces;
+  return {
+    status: 200,
+    json: tokenizeBody({ model: undefined, text: body.content, shape: 'llama.cpp', withPieces }, 0),
+  };
 }
