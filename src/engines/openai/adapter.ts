@@ -150,9 +150,11 @@ export class OpenAICompatibleAdapter implements EngineAdapter {
     return tokenCount(await this.#askJson(replica, '/tokenize', timeoutMs, { content })) || undefined;
   }
 
+  /** A pool per replica of each engine entry: two entries on one server keep their own limits. */
   #pool(replica: ReplicaTarget): Pool {
     const origin = new URL(replica.url).origin;
-    let pool = this.#pools.get(origin);
+    const key = `${replica.label}\u0000${origin}`;
+    let pool = this.#pools.get(key);
     if (!pool) {
       pool = new Pool(origin, {
         connections: replica.maxConcurrency,
@@ -162,7 +164,7 @@ export class OpenAICompatibleAdapter implements EngineAdapter {
         bodyTimeout: replica.timeoutMs,
         keepAliveTimeout: 30_000,
       });
-      this.#pools.set(origin, pool);
+      this.#pools.set(key, pool);
     }
     return pool;
   }
