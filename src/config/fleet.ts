@@ -22,13 +22,14 @@ const PoolRoutingSchema = Type.Object(
           'replica choice: cache-aware (prefill cost plus load), least-load, round-robin, or sglang (SGLang router’s cache-aware policy, for comparison)',
       },
     ),
-    balance_abs_threshold: Type.Integer({
-      default: 8,
-      minimum: 1,
-      maximum: 10_000,
-      description:
-        'cache-aware: a replica with this many more requests in flight than the least busy one takes no new request',
-    }),
+    balance_abs_threshold: Type.Optional(
+      Type.Integer({
+        minimum: 1,
+        maximum: 10_000,
+        description:
+          'cache-aware: a replica with this many more requests in flight than the least busy one takes no new request (default: half the pool’s max_concurrency)',
+      }),
+    ),
   },
   { default: {}, additionalProperties: false },
 );

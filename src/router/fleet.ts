@@ -119,7 +119,9 @@ function createPolicy(config: EngineConfig, memory: RoutingMemory): RoutingPolic
       return new SglangCacheAware();
     default:
       return new CacheAwarePolicy(memory.index, {
-        balanceAbsThreshold: config.routing.balance_abs_threshold,
+        // Past half its slots above the least busy replica, a replica takes no new request.
+        balanceAbsThreshold:
+          config.routing.balance_abs_threshold ?? Math.max(1, Math.floor(config.max_concurrency / 2)),
         share: (url, chain, capacity) => memory.share(url, chain, capacity),
       });
   }
