@@ -704,8 +704,10 @@ describe('LLM simulator: the engine model', () => {
     await withSim({ kvBlocks: 4, decodeMsPerToken: 0 }, async (sim) => {
       expect(await hitsOfA(sim)).toEqual({ hits: 0, misses: 3 });
       expect(await hitsOfA(sim)).toEqual({ hits: 3, misses: 0 }); // fits in 4 blocks
-      await chat(sim, b); // 3 more blocks: A's first two are the least recently used, and go
-      expect(await hitsOfA(sim)).toEqual({ hits: 0, misses: 3 });
+      // 3 more blocks: two of A's must go, and as in vLLM (a finished sequence's blocks are freed
+      // tail first) its last two go while its first, the shared head, stays.
+      await chat(sim, b);
+      expect(await hitsOfA(sim)).toEqual({ hits: 1, misses: 2 });
       expect(await metric(sim, 'kiln_sim_prefix_cache_blocks')).toBe(4);
     });
     await withSim({ kvBlocks: 1024, decodeMsPerToken: 0 }, async (sim) => {

@@ -19,12 +19,13 @@ const TOKENS_PER_REQUEST_IN_FLIGHT = 16;
 /**
  * What one prompt token that is not cached costs, against one token of prefill already queued. A
  * miss costs its own prefill and also, on a replica whose cache is full, evicts prefixes other
- * requests will miss on later — copying a prefix to a second replica halves what the fleet can
- * cache of it. So a prefix leaves its replica only when that replica is queued far deeper (four
- * prefills of it) than another, or past the balance bound; measured in bench/routing, a weight of
- * 1 copied every prefix to three replicas of four and halved the hit rate.
+ * requests will then miss — copying a prefix to a second replica halves what the fleet can cache
+ * of it, and queues are deep but brief (a cold start queues every new prefix at once). So a
+ * prefix leaves its replica only when that replica is queued far deeper than another (sixteen
+ * prefills of the prompt), or past the balance bound. Measured in bench/routing: at weight 1 every
+ * prefix was copied to three replicas of four and the hit rate halved; at 4, still 2.9 replicas.
  */
-const MISS_WEIGHT = 4;
+const MISS_WEIGHT = 16;
 
 interface Memo {
   /** Ticks at which the matched blocks were last used before this request. */

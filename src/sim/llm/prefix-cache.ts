@@ -46,10 +46,15 @@ export class PrefixCache {
     return hits;
   }
 
-  /** Caches (or touches) every block, evicting the least recently used beyond capacity. */
+  /**
+   * Caches (or touches) every block, evicting the least recently used beyond capacity. Touched
+   * last block first, as vLLM frees a finished sequence's blocks in reverse order: among one
+   * prompt's blocks the tail is evicted first and the shared head stays longest.
+   */
   insert(hashes: readonly string[]): void {
     if (this.capacity <= 0) return;
-    for (const hash of hashes) {
+    for (let i = hashes.length - 1; i >= 0; i--) {
+      const hash = hashes[i] as string;
       this.blocks.delete(hash);
       this.blocks.add(hash);
     }
