@@ -1,0 +1,239 @@
+/**
+ * The routing benchmark's child processes: the simulated replicas (`kiln sim llm`) and the gateways
+ * (`kiln serve`), each in a process of its own, all killed when this one ends, however it ends.
+ */
+import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
+import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:net';
+import path from 'node:path';
+
+export const root = path.join(import.meta.dirname, '..', '..');
+const kilnBin = path.join(root, 'bin', 'kiln.js');
+
+const children = new Set<ChildProcess>();
+const scratch = new Set<string>();
+
+function killAll(): void {
+  for (const child of children)
+    if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+  for (const dir of scratch) rmSync(dir, { recursive: true, force: true });
+}
+process.on('exit', killAll);
+for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) {
+  process.on(signal, () => {
+    killAll();
+    process.exit(130);
+  });
+}
+
+/** A directory removed when the bench ends. */
+export function scratchDir(dir: string): string {
+  mkdirSync(dir, { recursive: true });
+  scratch.add(dir);
+  return dir;
+}
+
+/** The environment without the caller's KILN_* settings, so the bench's configuration is the one in force. */
+function cleanEnv(extra: Record<string, string>): NodeJS.ProcessEnv {
+  const env: NodeJS.ProcessEnv = {};
+  for (const [key, value] of Object.entries(process.env)) if (!key.startsWith('KILN_')) env[key] = value;
+  return { ...env, ...extra };
+}
+
+export interface Child {
+  name: string;
+  process: ChildProcess;
+  /** The end of what it wrote, for the error when it dies. */
+  output(): string;
+  stop(): Promise<void>;
+}
+
+function start(
+  name: string,
+  args: string[],
+  env: Record<string, string>,
+  onStdout?: (text: string) => void,
+): Child {
+  const child = spawn(process.execPath, args, {
+    cwd: root,
+    env: cleanEnv(env),
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  children.add(child);
+  let tail = '';
+  const keep = (chunk: Buffer) => {
+    tail = (tail + chunk.toString()).slice(-4000);
+  };
+  child.stdout?.on('data', (chunk: Buffer) => {
+    keep(chunk);
+    onStdout?.(chunk.toString());
+  });
+  child.stderr?.on('data', keep);
+  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  return {
+    name,
+    process: child,
+    output: () => tail,
+    async stop() {
+      if (child.exitCode === null && child.signalCode === null) {
+        child.kill('SIGTERM');
+        const timer = setTimeout(() => child.kill('SIGKILL'), 15_000);
+        await exited;
+        clearTimeout(timer);
+      }
+      children.delete(child);
+    },
+  };
+}
+
+const exited = (child: Child) => child.process.exitCode !== null || child.process.signalCode !== null;
+
+export interface SimSettings {
+  replicas: number;
+  model: string;
+  kvBlocks: number;
+  blockTokens: number;
+  prefillMsPerToken: number;
+  decodeMsPerToken: number;
+  maxSequences: number;
+  contextWindow: number;
+}
+
+/** `kiln sim llm` with fresh (empty) caches; resolves with the replicas' URLs once each answers /health. */
+export async function startSim(s: SimSettings): Promise<{ child: Child; urls: string[] }> {
+  let stdout = '';
+  const args = [
+    kilnBin,
+    'sim',
+    'llm',
+    '--port=0',
+    `--replicas=${s.replicas}`,
+    `--model=${s.model}`,
+    `--kv-blocks=${s.kvBlocks}`,
+    `--block-tokens=${s.blockTokens}`,
+    `--prefill-ms-per-token=${s.prefillMsPerToken}`,
+    `--decode-ms-per-token=${s.decodeMsPerToken}`,
+    `--max-sequences=${s.maxSequences}`,
+    `--context-window=${s.contextWindow}`,
+  ];
+  const child = start('kiln sim llm', args, {}, (text) => {
+    stdout += text;
+  });
+  const deadline = Date.now() + 30_000;
+  let urls: string[] = [];
+  while (urls.length < s.replicas) {
+    if (exited(child)) throw new Error(`kiln sim llm exited before it was ready:\n${child.output()}`);
+    if (Date.now() > deadline) throw new Error(`kiln sim llm printed no URLs after 30 s:\n${child.output()}`);
+    urls = stdout.split('\n').filter((line) => line.startsWith('http://'));
+    if (urls.length < s.replicas) await sleep(50);
+  }
+  for (const url of urls) await ready(child, `${url}/health`);
+  return { child, urls };
+}
+
+export interface GatewaySettings {
+  storeUrl: string;
+  schema: string;
+  workers: number;
+  poolSize: number;
+  model: string;
+  upstreamModel: string;
+  replicaUrls: string[];
+  maxConcurrency: number;
+  policy: string;
+  /** `routing.balance_abs_threshold` of the pool; Kiln's default when undefined. */
+  balanceAbsThreshold?: number | undefined;
+  /** Extra node options for the gateway process (e.g. --cpu-prof). */
+  nodeArgs?: string[];
+}
+
+/** One `kiln serve` on the PostgreSQL store, its own data dir and port; resolves once /readyz answers. */
+export async function startGateway(
+  name: string,
+  dir: string,
+  s: GatewaySettings,
+): Promise<{ child: Child; url: string; dataDir: string }> {
+  const port = await freePort();
+  const dataDir = path.join(dir, 'data');
+  mkdirSync(dataDir, { recursive: true });
+  const configFile = path.join(dir, 'kiln.yaml');
+  writeFileSync(
+    configFile,
+    `host: 127.0.0.1
+port: ${port}
+data_dir: ${JSON.stringify(dataDir)}
+store:
+  url: ${JSON.stringify(s.storeUrl)}
+  schema: ${s.schema}
+  pool_size: ${s.poolSize}
+jobs:
+  workers: ${s.workers}
+log:
+  level: warn
+engines:
+  pool:
+    serves: shared-prefix
+    replicas: ${JSON.stringify(s.replicaUrls)}
+    models: { ${s.model}: ${s.upstreamModel} }
+    max_concurrency: ${s.maxConcurrency}
+    routing: { policy: ${s.policy}${s.balanceAbsThreshold === undefined ? '' : `, balance_abs_threshold: ${s.balanceAbsThreshold}`} }
+routing:
+  long_context_tokens: 100000
+`,
+  );
+  const child = start(name, [...(s.nodeArgs ?? []), kilnBin, 'serve'], { KILN_CONFIG: configFile });
+  const url = `http://127.0.0.1:${port}`;
+  await ready(child, `${url}/readyz`);
+  return { child, url, dataDir };
+}
+
+export const readAdminKey = (dataDir: string) => readFileSync(path.join(dataDir, 'admin.key'), 'utf8').trim();
+
+export const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** Polls `url` until it answers 200; fails when the child exits first or after 30 s. */
+async function ready(child: Child, url: string): Promise<void> {
+  const deadline = Date.now() + 30_000;
+  for (;;) {
+    if (exited(child)) throw new Error(`${child.name} exited before it was ready:\n${child.output()}`);
+    try {
+      const response = await fetch(url, { signal: AbortSignal.timeout(1000) });
+      await response.arrayBuffer();
+      if (response.status === 200) return;
+    } catch {}
+    if (Date.now() > deadline)
+      throw new Error(`${child.name} not ready at ${url} after 30 s:\n${child.output()}`);
+    await sleep(100);
+  }
+}
+
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const address = server.address();
+      const port = typeof address === 'object' && address ? address.port : 0;
+      server.close(() => resolve(port));
+    });
+  });
+}
+
+const TICK_MS = (() => {
+  try {
+    return 1000 / Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).trim());
+  } catch {
+    return 10;
+  }
+})();
+
+/** CPU time (user + system) a process has used so far, in ms; undefined where /proc is not there. */
+export function cpuMs(pid: number | undefined): number | undefined {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    return (Number(fields[11]) + Number(fields[12])) * TICK_MS;
+  } catch {
+    return undefined;
+  }
+}
