@@ -1,4 +1,5 @@
-import { readFileSync, writeFileSync } from 'node:fs';
+import type { ChildProcess } from 'node:child_process';
+import { readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 
@@ -54,4 +55,28 @@ export function writeSection(name: string, body: string): void {
   const pattern = new RegExp(`${start}[\\s\\S]*?${end}`);
   text = pattern.test(text) ? text.replace(pattern, section) : `${text.trimEnd()}\n\n${section}\n`;
   writeFileSync(file, text);
+}
+
+/** Child processes and scratch directories of a bench: killed and removed however it ends. */
+export const children = new Set<ChildProcess>();
+const scratch = new Set<string>();
+
+/** A directory removed when the bench ends. */
+export function scratchDir(dir: string): string {
+  scratch.add(dir);
+  return dir;
+}
+
+/** Kills the children still running and removes the scratch directories (also done at exit). */
+export function cleanUp(): void {
+  for (const child of children)
+    if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+  for (const dir of scratch) rmSync(dir, { recursive: true, force: true });
+}
+process.on('exit', cleanUp);
+for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) {
+  process.on(signal, () => {
+    cleanUp();
+    process.exit(130);
+  });
 }

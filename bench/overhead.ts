@@ -12,12 +12,12 @@
  * and writes no section, as the profiler slows it).
  */
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { loadavg, tmpdir } from 'node:os';
 import path from 'node:path';
 import { Pool } from 'undici';
-import { machine, summarise, writeSection } from './lib.js';
+import { children, cleanUp, machine, scratchDir, summarise, writeSection } from './lib.js';
 
 const TOTAL = Number(process.env.BENCH_REQUESTS ?? 3000);
 const WARMUP = Number(process.env.BENCH_WARMUP ?? 300);
@@ -37,22 +37,6 @@ const EXPECTED = 'Hello from the canned upstream.';
 
 // ---------------------------------------------------------------------------------------------------
 // Child processes: each target in its own process, all killed when this one ends, however it ends.
-
-const children = new Set<ChildProcess>();
-const scratch: string[] = [];
-
-function killAll(): void {
-  for (const child of children)
-    if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
-  for (const dir of scratch) rmSync(dir, { recursive: true, force: true });
-}
-process.on('exit', killAll);
-for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) {
-  process.on(signal, () => {
-    killAll();
-    process.exit(130);
-  });
-}
 
 /** The environment without the caller's KILN_* settings, so the bench's configuration is the one in force. */
 function cleanEnv(extra: Record<string, string>): NodeJS.ProcessEnv {
@@ -405,7 +389,7 @@ async function main(): Promise<void> {
     .map((l) => l.toFixed(2))
     .join(', ');
   const work = mkdtempSync(path.join(tmpdir(), 'kiln-overhead-'));
-  scratch.push(work);
+  scratchDir(work);
   const profileDir = path.join(work, 'profile');
 
   // 1. The canned upstream.
@@ -663,5 +647,5 @@ try {
   console.error(error);
   process.exitCode = 1;
 } finally {
-  killAll();
+  cleanUp();
 }

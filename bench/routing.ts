@@ -19,8 +19,7 @@ import { mkdtempSync } from 'node:fs';
 import { loadavg, tmpdir } from 'node:os';
 import path from 'node:path';
 import { countTokens, renderChatPrompt } from '../src/sim/llm/text.js';
-import { machine, writeSection } from './lib.js';
-import { scratchDir } from './routing/processes.js';
+import { machine, scratchDir, writeSection } from './lib.js';
 import { targets, workloadTable } from './routing/report.js';
 import { failedRun, measure, type RunResult, type RunSettings } from './routing/run.js';
 import {

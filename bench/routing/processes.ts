@@ -3,35 +3,13 @@
  * (`kiln serve`), each in a process of its own, all killed when this one ends, however it ends.
  */
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
-import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import path from 'node:path';
+import { children } from '../lib.js';
 
 export const root = path.join(import.meta.dirname, '..', '..');
 const kilnBin = path.join(root, 'bin', 'kiln.js');
-
-const children = new Set<ChildProcess>();
-const scratch = new Set<string>();
-
-function killAll(): void {
-  for (const child of children)
-    if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
-  for (const dir of scratch) rmSync(dir, { recursive: true, force: true });
-}
-process.on('exit', killAll);
-for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) {
-  process.on(signal, () => {
-    killAll();
-    process.exit(130);
-  });
-}
-
-/** A directory removed when the bench ends. */
-export function scratchDir(dir: string): string {
-  mkdirSync(dir, { recursive: true });
-  scratch.add(dir);
-  return dir;
-}
 
 /** The environment without the caller's KILN_* settings, so the bench's configuration is the one in force. */
 function cleanEnv(extra: Record<string, string>): NodeJS.ProcessEnv {

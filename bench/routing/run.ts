@@ -7,7 +7,7 @@ import { writeFileSync } from 'node:fs';
 import { loadavg } from 'node:os';
 import path from 'node:path';
 import pg from 'pg';
-import { summarise } from '../lib.js';
+import { scratchDir, summarise } from '../lib.js';
 import { type CacheCounters, cacheCounters, hitRate, oracleHitRate, scrape } from './cache.js';
 import { type Gateway, type LoadResult, runLoad } from './load.js';
 import {
@@ -15,7 +15,6 @@ import {
   cpuMs,
   readAdminKey,
   type SimSettings,
-  scratchDir,
   sleep,
   startGateway,
   startSim,

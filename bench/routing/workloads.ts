@@ -2,8 +2,7 @@
  * The routing benchmark's workloads, generated deterministically from a seed: prompts of random
  * English words sized in the simulator's own tokens (src/sim/llm/text.ts `countTokens`).
  */
-import { createHash } from 'node:crypto';
-import { countTokens, renderChatPrompt } from '../../src/sim/llm/text.js';
+import { countTokens, renderChatPrompt, seededRandom } from '../../src/sim/llm/text.js';
 
 export interface Message {
   role: 'system' | 'user' | 'assistant';
@@ -39,23 +38,8 @@ export interface Workload {
   requests: number;
 }
 
-/** sfc32 seeded from a hash of `key`: the same key always gives the same stream. */
-export function random(key: string): () => number {
-  const seed = createHash('sha256').update(key).digest();
-  let a = seed.readUInt32LE(0);
-  let b = seed.readUInt32LE(4);
-  let c = seed.readUInt32LE(8);
-  let d = seed.readUInt32LE(12);
-  return () => {
-    const t = (((a + b) | 0) + d) | 0;
-    d = (d + 1) | 0;
-    a = b ^ (b >>> 9);
-    b = (c + (c << 3)) | 0;
-    c = (c << 21) | (c >>> 11);
-    c = (c + t) | 0;
-    return (t >>> 0) / 4294967296;
-  };
-}
+/** sfc32 seeded from a hash of `key` (the simulator's own): the same key always gives the same stream. */
+export const random = seededRandom;
 
 const WORDS = (
   'the of and to in is that for it as was with be by on not he this are or his from at which but ' +

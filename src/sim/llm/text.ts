@@ -99,7 +99,7 @@ const VOCABULARY = (
 ).split(' ');
 
 /** sfc32: a small, fast PRNG with a 128-bit state, seeded from a hash so that any key works. */
-function seededRandom(key: string): () => number {
+export function seededRandom(key: string): () => number {
   const seed = createHash('sha256').update(key).digest();
   let a = seed.readUInt32LE(0);
   let b = seed.readUInt32LE(4);
