@@ -42,9 +42,14 @@ export class ReplicaCacheModel {
     return { blocks: ticks.length, ticks };
   }
 
-  /** The replica now holds every key of `chain` (it computed or reused them): most recently used. */
+  /**
+   * The replica now holds every key of `chain` (it computed or reused them): most recently used.
+   * Touched last block first, as engines free a sequence's blocks tail first: of one prompt, the
+   * unique tail is evicted before the shared head.
+   */
   touch(chain: readonly string[], tick: number): void {
-    for (const key of chain) {
+    for (let i = chain.length - 1; i >= 0; i--) {
+      const key = chain[i] as string;
       this.#blocks.delete(key);
       this.#blocks.set(key, tick);
     }
@@ -55,12 +60,13 @@ export class ReplicaCacheModel {
   }
 
   /**
-   * The engine evicted a block last used at `tick`. Its cache is LRU, so everything used no later
-   * than that is gone too: forget it all, and take the capacity as no larger than what is left.
+   * The engine evicted a block last used at `tick`. Its cache is LRU, so everything used before
+   * then is gone too: forget it. (Blocks used at that same moment — the rest of that prompt — may
+   * well remain: engines evict a prompt's tail before its head.)
    */
-  evictThrough(tick: number): void {
+  evictBefore(tick: number): void {
     for (const [key, used] of this.#blocks) {
-      if (used > tick) break;
+      if (used >= tick) break;
       this.#blocks.delete(key);
     }
   }

@@ -104,7 +104,12 @@ export class CacheAwarePolicy implements RoutingPolicy {
     const memo = choice.memo as Memo | undefined;
     if (!memo || outcome.cachedTokens === undefined || memo.predictedBlocks === 0) return;
     const model = this.index.replica(replica.url, this.#capacityBlocks(replica, request));
-    const foundBlocks = Math.floor((outcome.cachedTokens * request.charsPerToken) / request.blockChars);
+    // Blocks the engine found, with one block of slack: the engine's blocks are tokens, the index's
+    // characters, and characters per token is an estimate.
+    const foundBlocks = Math.min(
+      memo.predictedBlocks,
+      Math.floor((outcome.cachedTokens * request.charsPerToken) / request.blockChars) + 1,
+    );
     if (foundBlocks >= memo.predictedBlocks) {
       model.missStreak = 0;
       return;
@@ -114,15 +119,15 @@ export class CacheAwarePolicy implements RoutingPolicy {
     // from what the replica surely holds now: this prompt.
     const firstUse = memo.ticks[0];
     const recent = firstUse !== undefined && model.usedSince(firstUse) < model.capacityBlocks / 2;
-    if (foundBlocks === 0 && recent && ++model.missStreak >= 2) {
+    if (outcome.cachedTokens === 0 && recent && ++model.missStreak >= 2) {
       model.clear();
       model.missStreak = 0;
       model.touch(request.blocks, this.index.nextTick());
       return;
     }
-    if (foundBlocks > 0) model.missStreak = 0;
+    if (outcome.cachedTokens > 0) model.missStreak = 0;
     const evictedAt = memo.ticks[foundBlocks];
-    if (evictedAt !== undefined) model.evictThrough(evictedAt);
+    if (evictedAt !== undefined) model.evictBefore(evictedAt);
   }
 
   forget(replica: ReplicaView): void {
