@@ -236,7 +236,9 @@ on this machine over 127.0.0.1.
   second table. Throughput and TTFT depend on the CPU the processes got, and moved by a fifth or more
   between identical runs while other work ran. The hit rates of round-robin, least-load and sglang
   hardly depend on timing; cache-aware weighs queued prefill, so its choices, and its hit rate, move
-  with timing and the machine's load as well.
+  with timing and the machine's load as well. TTFT p99 is mostly the cold start (the first
+  wave of requests meets empty caches), so p99 differences of a few per cent between sglang and
+  cache-aware are within run-to-run noise; the hit rates are not.
 - **Gateways:** \`kiln serve\` on PostgreSQL (a fresh \`store.schema\` per run, dropped after), \`jobs.workers: ${WORKERS}\`,
   \`store.pool_size: ${POOL_SIZE}\`, \`log.level: warn\`, \`max_concurrency: ${MAX_CONCURRENCY}\` per replica, the KV capacity read from
   the replicas' \`vllm:cache_config_info\` (the bench waits until the gateways report it). With 2
