@@ -1,4 +1,4 @@
-import type { ChildProcess } from 'node:child_process';
+import { type ChildProcess, spawn } from 'node:child_process';
 import { readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -79,4 +79,62 @@ for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) {
     cleanUp();
     process.exit(130);
   });
+}
+
+/** The repository root: benches run their children from here. */
+export const root = path.join(import.meta.dirname, '..');
+
+/** The environment without the caller's KILN_* settings, so the bench's configuration is the one in force. */
+function cleanEnv(extra: Record<string, string>): NodeJS.ProcessEnv {
+  const env: NodeJS.ProcessEnv = {};
+  for (const [key, value] of Object.entries(process.env)) if (!key.startsWith('KILN_')) env[key] = value;
+  return { ...env, ...extra };
+}
+
+/** A child process of a bench. */
+export interface Child {
+  name: string;
+  process: ChildProcess;
+  /** The end of what it wrote, for the error when it dies. */
+  output(): string;
+  stop(): Promise<void>;
+}
+
+/** Starts `node <args>` from the repository root, tracked so that it dies with the bench. */
+export function startChild(
+  name: string,
+  args: string[],
+  env: Record<string, string>,
+  onStdout?: (text: string) => void,
+): Child {
+  const child = spawn(process.execPath, args, {
+    cwd: root,
+    env: cleanEnv(env),
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  children.add(child);
+  let tail = '';
+  const keep = (chunk: Buffer) => {
+    tail = (tail + chunk.toString()).slice(-4000);
+  };
+  child.stdout?.on('data', (chunk: Buffer) => {
+    keep(chunk);
+    onStdout?.(chunk.toString());
+  });
+  child.stderr?.on('data', keep);
+  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  return {
+    name,
+    process: child,
+    output: () => tail,
+    async stop() {
+      if (child.exitCode === null && child.signalCode === null) {
+        child.kill('SIGTERM');
+        const timer = setTimeout(() => child.kill('SIGKILL'), 15_000);
+        await exited;
+        clearTimeout(timer);
+      }
+      children.delete(child);
+    },
+  };
 }

@@ -11,13 +11,22 @@
  * SQLite file), BENCH_PROFILE=1 (Kiln under --cpu-prof, loaded pass only: prints where its time goes
  * and writes no section, as the profiler slows it).
  */
-import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
+import { execFileSync } from 'node:child_process';
 import { mkdirSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { loadavg, tmpdir } from 'node:os';
 import path from 'node:path';
 import { Pool } from 'undici';
-import { children, cleanUp, machine, scratchDir, summarise, writeSection } from './lib.js';
+import {
+  type Child,
+  cleanUp,
+  machine,
+  root,
+  scratchDir,
+  startChild,
+  summarise,
+  writeSection,
+} from './lib.js';
 
 const TOTAL = Number(process.env.BENCH_REQUESTS ?? 3000);
 const WARMUP = Number(process.env.BENCH_WARMUP ?? 300);
@@ -30,57 +39,12 @@ const PROFILE = process.env.BENCH_PROFILE === '1';
 const KILN_STORE_URL = process.env.BENCH_KILN_STORE_URL ?? '';
 const KILN_LOG_LEVEL = 'warn';
 
-const root = path.join(import.meta.dirname, '..');
 const MODEL = 'bench-model';
 /** What the canned upstream answers; every response, through every target, must carry exactly this. */
 const EXPECTED = 'Hello from the canned upstream.';
 
 // ---------------------------------------------------------------------------------------------------
 // Child processes: each target in its own process, all killed when this one ends, however it ends.
-
-/** The environment without the caller's KILN_* settings, so the bench's configuration is the one in force. */
-function cleanEnv(extra: Record<string, string>): NodeJS.ProcessEnv {
-  const env: NodeJS.ProcessEnv = {};
-  for (const [key, value] of Object.entries(process.env)) if (!key.startsWith('KILN_')) env[key] = value;
-  return { ...env, ...extra };
-}
-
-interface Child {
-  name: string;
-  process: ChildProcess;
-  /** The end of what it wrote, for the error when it dies. */
-  output(): string;
-  stop(): Promise<void>;
-}
-
-function start(name: string, args: string[], env: Record<string, string>): Child {
-  const child = spawn(process.execPath, args, {
-    cwd: root,
-    env: cleanEnv(env),
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  children.add(child);
-  let tail = '';
-  const keep = (chunk: Buffer) => {
-    tail = (tail + chunk.toString()).slice(-4000);
-  };
-  child.stdout?.on('data', keep);
-  child.stderr?.on('data', keep);
-  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
-  return {
-    name,
-    process: child,
-    output: () => tail,
-    async stop() {
-      if (child.exitCode !== null || child.signalCode !== null) return;
-      child.kill('SIGTERM');
-      const timer = setTimeout(() => child.kill('SIGKILL'), 15_000);
-      await exited;
-      clearTimeout(timer);
-      children.delete(child);
-    },
-  };
-}
 
 /** Polls `url` until it answers 200; fails when the child exits first or after 30 s. */
 async function ready(child: Child, url: string): Promise<void> {
@@ -394,7 +358,7 @@ async function main(): Promise<void> {
 
   // 1. The canned upstream.
   const upstreamPort = await freePort();
-  const upstream = start(
+  const upstream = startChild(
     'canned upstream',
     ['--import', 'tsx', 'bench/upstream.ts', `--port=${upstreamPort}`],
     {},
@@ -422,7 +386,7 @@ engines:
 `,
   );
   if (PROFILE) mkdirSync(profileDir);
-  const kiln = start(
+  const kiln = startChild(
     'kiln serve',
     [
       ...(PROFILE ? ['--cpu-prof', '--cpu-prof-dir', profileDir] : []),
@@ -437,7 +401,7 @@ engines:
 
   // 3. Portkey, its own Node server, in production mode without its log UI.
   const portkeyPort = await freePort();
-  const portkey = start(
+  const portkey = startChild(
     'portkey gateway',
     ['--import', 'tsx', 'bench/portkey.ts', `--port=${portkeyPort}`, '--headless'],
     { NODE_ENV: 'production' },

@@ -2,67 +2,13 @@
  * The routing benchmark's child processes: the simulated replicas (`kiln sim llm`) and the gateways
  * (`kiln serve`), each in a process of its own, all killed when this one ends, however it ends.
  */
-import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
+import { execFileSync } from 'node:child_process';
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import path from 'node:path';
-import { children } from '../lib.js';
+import { type Child, root, startChild } from '../lib.js';
 
-export const root = path.join(import.meta.dirname, '..', '..');
 const kilnBin = path.join(root, 'bin', 'kiln.js');
-
-/** The environment without the caller's KILN_* settings, so the bench's configuration is the one in force. */
-function cleanEnv(extra: Record<string, string>): NodeJS.ProcessEnv {
-  const env: NodeJS.ProcessEnv = {};
-  for (const [key, value] of Object.entries(process.env)) if (!key.startsWith('KILN_')) env[key] = value;
-  return { ...env, ...extra };
-}
-
-export interface Child {
-  name: string;
-  process: ChildProcess;
-  /** The end of what it wrote, for the error when it dies. */
-  output(): string;
-  stop(): Promise<void>;
-}
-
-function start(
-  name: string,
-  args: string[],
-  env: Record<string, string>,
-  onStdout?: (text: string) => void,
-): Child {
-  const child = spawn(process.execPath, args, {
-    cwd: root,
-    env: cleanEnv(env),
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  children.add(child);
-  let tail = '';
-  const keep = (chunk: Buffer) => {
-    tail = (tail + chunk.toString()).slice(-4000);
-  };
-  child.stdout?.on('data', (chunk: Buffer) => {
-    keep(chunk);
-    onStdout?.(chunk.toString());
-  });
-  child.stderr?.on('data', keep);
-  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
-  return {
-    name,
-    process: child,
-    output: () => tail,
-    async stop() {
-      if (child.exitCode === null && child.signalCode === null) {
-        child.kill('SIGTERM');
-        const timer = setTimeout(() => child.kill('SIGKILL'), 15_000);
-        await exited;
-        clearTimeout(timer);
-      }
-      children.delete(child);
-    },
-  };
-}
 
 const exited = (child: Child) => child.process.exitCode !== null || child.process.signalCode !== null;
 
@@ -94,7 +40,7 @@ export async function startSim(s: SimSettings): Promise<{ child: Child; urls: st
     `--max-sequences=${s.maxSequences}`,
     `--context-window=${s.contextWindow}`,
   ];
-  const child = start('kiln sim llm', args, {}, (text) => {
+  const child = startChild('kiln sim llm', args, {}, (text) => {
     stdout += text;
   });
   const deadline = Date.now() + 30_000;
@@ -159,7 +105,7 @@ routing:
   long_context_tokens: 100000
 `,
   );
-  const child = start(name, [...(s.nodeArgs ?? []), kilnBin, 'serve'], { KILN_CONFIG: configFile });
+  const child = startChild(name, [...(s.nodeArgs ?? []), kilnBin, 'serve'], { KILN_CONFIG: configFile });
   const url = `http://127.0.0.1:${port}`;
   await ready(child, `${url}/readyz`);
   return { child, url, dataDir };
