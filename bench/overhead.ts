@@ -13,14 +13,14 @@
  */
 import { execFileSync } from 'node:child_process';
 import { mkdirSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { loadavg, tmpdir } from 'node:os';
 import path from 'node:path';
 import { Pool } from 'undici';
 import {
-  type Child,
   cleanUp,
+  freePort,
   machine,
+  ready,
   root,
   scratchDir,
   startChild,
@@ -45,36 +45,6 @@ const EXPECTED = 'Hello from the canned upstream.';
 
 // ---------------------------------------------------------------------------------------------------
 // Child processes: each target in its own process, all killed when this one ends, however it ends.
-
-/** Polls `url` until it answers 200; fails when the child exits first or after 30 s. */
-async function ready(child: Child, url: string): Promise<void> {
-  const deadline = Date.now() + 30_000;
-  for (;;) {
-    if (child.process.exitCode !== null || child.process.signalCode !== null) {
-      throw new Error(`${child.name} exited before it was ready:\n${child.output()}`);
-    }
-    try {
-      const response = await fetch(url, { signal: AbortSignal.timeout(1000) });
-      await response.arrayBuffer();
-      if (response.status === 200) return;
-    } catch {}
-    if (Date.now() > deadline)
-      throw new Error(`${child.name} not ready at ${url} after 30 s:\n${child.output()}`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
-}
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const address = server.address();
-      const port = typeof address === 'object' && address ? address.port : 0;
-      server.close(() => resolve(port));
-    });
-  });
-}
 
 // ---------------------------------------------------------------------------------------------------
 // The load: unique prompts, one body shape for every target; every response checked.

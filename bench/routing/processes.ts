@@ -4,9 +4,8 @@
  */
 import { execFileSync } from 'node:child_process';
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
-import { createServer } from 'node:net';
 import path from 'node:path';
-import { type Child, root, startChild } from '../lib.js';
+import { type Child, freePort, ready, root, startChild } from '../lib.js';
 
 const kilnBin = path.join(root, 'bin', 'kiln.js');
 
@@ -114,34 +113,6 @@ routing:
 export const readAdminKey = (dataDir: string) => readFileSync(path.join(dataDir, 'admin.key'), 'utf8').trim();
 
 export const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
-
-/** Polls `url` until it answers 200; fails when the child exits first or after 30 s. */
-async function ready(child: Child, url: string): Promise<void> {
-  const deadline = Date.now() + 30_000;
-  for (;;) {
-    if (exited(child)) throw new Error(`${child.name} exited before it was ready:\n${child.output()}`);
-    try {
-      const response = await fetch(url, { signal: AbortSignal.timeout(1000) });
-      await response.arrayBuffer();
-      if (response.status === 200) return;
-    } catch {}
-    if (Date.now() > deadline)
-      throw new Error(`${child.name} not ready at ${url} after 30 s:\n${child.output()}`);
-    await sleep(100);
-  }
-}
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const address = server.address();
-      const port = typeof address === 'object' && address ? address.port : 0;
-      server.close(() => resolve(port));
-    });
-  });
-}
 
 const TICK_MS = (() => {
   try {

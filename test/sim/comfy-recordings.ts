@@ -39,26 +39,6 @@ export const httpOf = (timeline: TimelineEntry[]) =>
   timeline.flatMap((entry) => ('http' in entry ? [entry.http] : []));
 
 /**
- * The structure of a JSON value, values left out: objects by their keys, arrays by the set of
- * their elements' structures (so lengths, ids, times and sizes do not count).
- */
-export function shape(value: unknown): unknown {
-  if (value === null) return 'null';
-  if (Array.isArray(value)) {
-    const kinds = new Map(value.map((item) => [JSON.stringify(shape(item)), shape(item)]));
-    return { '[]': [...kinds.entries()].sort(([a], [b]) => (a < b ? -1 : 1)).map(([, s]) => s) };
-  }
-  if (typeof value === 'object') {
-    return Object.fromEntries(
-      Object.keys(value as object)
-        .sort()
-        .map((key) => [key, shape((value as Record<string, unknown>)[key])]),
-    );
-  }
-  return typeof value;
-}
-
-/**
  * One line per `/ws` message, keeping what a client acts on and dropping ids and times: the queue
  * length of a `status`, the node of `executing`, each node's state in `progress_state`, the node
  * where a run stopped.

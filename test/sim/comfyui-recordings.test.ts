@@ -1,13 +1,13 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import WebSocket from 'ws';
 import { type ComfySim, startComfySim } from '../../src/sim/comfyui/server.js';
+import { shape } from '../helpers/shape.js';
 import {
   httpOf,
   loadedImages,
   type RecordedRequest,
   type RecordedResponse,
   recording,
-  shape,
   signature,
   smallPng,
   type TimelineEntry,

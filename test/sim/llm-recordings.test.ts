@@ -4,6 +4,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type LlmSim, type LlmSimOptions, startLlmSim } from '../../src/sim/llm/server.js';
 import { REPO_ROOT } from '../helpers/process.js';
+import { shape } from '../helpers/shape.js';
 
 /**
  * The LLM simulator's llama.cpp flavor held against captures of a real llama-server, build b11669
@@ -25,26 +26,6 @@ interface Exchange {
     body?: unknown;
     sse_events?: string[];
   };
-}
-
-/**
- * The structure of a JSON value, values left out: objects by their keys, arrays by the set of
- * their elements' structures (so lengths, ids, times and text do not count).
- */
-function shape(value: unknown): unknown {
-  if (value === null) return 'null';
-  if (Array.isArray(value)) {
-    const kinds = new Map(value.map((item) => [JSON.stringify(shape(item)), shape(item)]));
-    return { '[]': [...kinds.entries()].sort(([a], [b]) => (a < b ? -1 : 1)).map(([, s]) => s) };
-  }
-  if (typeof value === 'object') {
-    return Object.fromEntries(
-      Object.keys(value as object)
-        .sort()
-        .map((key) => [key, shape((value as Record<string, unknown>)[key])]),
-    );
-  }
-  return typeof value;
 }
 
 /** The recordings shorten long texts to a description of them; this writes them out again. */
