@@ -50,33 +50,89 @@ function asJobFailure(error: EngineError): JobFailure {
   return new JobFailure('inference-failed', error.message);
 }
 
+/** A chunk as it goes out: the object, and its JSON text with Kiln's id, model and created. */
+interface Outgoing {
+  chunk: ChatChunk;
+  text: string;
+}
+
+/**
+ * Puts Kiln's `id`, `model` and `created` into each chunk's JSON text in place of the engine's. Where
+ * the engine wrote a field compactly (`"id":"…"`, as vLLM, SGLang, llama.cpp and Ollama do), the
+ * value is swapped in the text; otherwise the chunk is serialised again.
+ */
+export class ChunkRenamer {
+  readonly #fields: ReadonlyArray<{
+    key: 'id' | 'model' | 'created';
+    value: string;
+    old?: unknown;
+    pattern?: string;
+  }>;
+  readonly #renamed: Pick<ChatChunk, 'id' | 'model' | 'created'>;
+
+  constructor(id: string, model: string, created: number) {
+    this.#renamed = { id, model, created };
+    this.#fields = [
+      { key: 'id', value: JSON.stringify(id) },
+      { key: 'created', value: String(created) },
+      { key: 'model', value: JSON.stringify(model) },
+    ];
+  }
+
+  text(chunk: ChatChunk, text: string): string {
+    let out = text;
+    for (const field of this.#fields) {
+      // An engine sends the same values in every chunk of a stream: the pattern is made once.
+      if (field.pattern === undefined || chunk[field.key] !== field.old) {
+        field.old = chunk[field.key];
+        field.pattern = `"${field.key}":${JSON.stringify(field.old)}`;
+      }
+      const at = out.indexOf(field.pattern);
+      // The field's whole value, followed by `,` or `}`: anything else is not where it seemed.
+      const after = at === -1 ? -1 : out.charCodeAt(at + field.pattern.length);
+      if (after !== 0x2c && after !== 0x7d) return this.serialise(chunk);
+      out = `${out.slice(0, at + field.key.length + 3)}${field.value}${out.slice(at + field.pattern.length)}`;
+    }
+    return out;
+  }
+
+  serialise(chunk: ChatChunk): string {
+    return JSON.stringify({ ...chunk, ...this.#renamed });
+  }
+}
+
 /**
  * What a stream's caller sees of the engine's chunks. Kiln always asks engines for the usage chunk;
  * a caller that did not ask gets none, and the usage chunk's `timings` (llama.cpp) move onto the
  * chunk with the finish reason, where llama.cpp puts them for such a caller.
  */
 class ChunkRelay {
-  #held: ChatChunk | undefined;
+  #held: Outgoing | undefined;
 
   constructor(
     private readonly includeUsage: boolean,
-    private readonly send: (chunk: ChatChunk) => void,
+    private readonly renamer: ChunkRenamer,
+    private readonly send: (text: string) => void,
   ) {}
 
-  add(chunk: ChatChunk): void {
+  add(chunk: ChatChunk, text: string): void {
     const usageOnly = chunk.choices.length === 0;
     if (usageOnly && !this.includeUsage) {
-      if (this.#held && chunk.timings !== undefined) this.#held = { ...this.#held, timings: chunk.timings };
+      if (this.#held && chunk.timings !== undefined) {
+        const withTimings = { ...this.#held.chunk, timings: chunk.timings };
+        this.#held = { chunk: withTimings, text: this.renamer.serialise(withTimings) };
+      }
       return;
     }
     this.end();
+    const outgoing = { chunk, text: this.renamer.text(chunk, text) };
     // The finish chunk waits for the usage chunk that follows it.
-    if (!this.includeUsage && chunk.choices.some((c) => c.finish_reason)) this.#held = chunk;
-    else this.send(chunk);
+    if (!this.includeUsage && chunk.choices.some((c) => c.finish_reason)) this.#held = outgoing;
+    else this.send(outgoing.text);
   }
 
   end(): void {
-    if (this.#held) this.send(this.#held);
+    if (this.#held) this.send(this.#held.text);
     this.#held = undefined;
   }
 }
@@ -102,13 +158,8 @@ export function chatKind(deps: ChatDeps): JobKind<ChatJobRequest> {
       const body = { ...(model.persona?.defaults ?? {}), ...job.request.body };
       delete body.messages;
       const created = Math.floor(Date.now() / 1000);
-      const rename = <T extends { id: string; model: string; created: number }>(o: T): T => ({
-        ...o,
-        id: job.publicId,
-        model: job.request.model,
-        created,
-      });
-      const relay = new ChunkRelay(job.request.includeUsage, (chunk) => void job.publish(rename(chunk)));
+      const renamer = new ChunkRenamer(job.publicId, job.request.model, created);
+      const relay = new ChunkRelay(job.request.includeUsage, renamer, (text) => job.publish(text));
       try {
         const { completion, route } = await router.chat({
           model,
@@ -116,14 +167,16 @@ export function chatKind(deps: ChatDeps): JobKind<ChatJobRequest> {
           body,
           signal,
           onRoute: (route) => void job.record({ route }),
-          ...(job.mode === 'stream' ? { onChunk: (chunk: ChatChunk) => relay.add(chunk) } : {}),
+          ...(job.mode === 'stream'
+            ? { onChunk: (chunk: ChatChunk, text: string) => relay.add(chunk, text) }
+            : {}),
         });
         relay.end();
         // The route again, now with the cached tokens the engine reported.
         if (route.cached_reported !== undefined) await job.record({ route });
         const usage = completion.usage;
         return {
-          result: rename(completion),
+          result: { ...completion, id: job.publicId, model: job.request.model, created },
           usage: usage
             ? { inputUnits: usage.prompt_tokens, outputUnits: usage.completion_tokens }
             : undefined,

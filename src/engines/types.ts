@@ -49,8 +49,8 @@ export interface ChatCall {
   /** The body to send, model already the engine's own name. */
   body: Record<string, unknown>;
   signal: AbortSignal;
-  /** Set for a stream: called with each chunk as it arrives. */
-  onChunk?: (chunk: ChatChunk) => void;
+  /** Set for a stream: called with each chunk as it arrives, and the JSON text the engine sent for it. */
+  onChunk?: (chunk: ChatChunk, text: string) => void;
   /** Called once, when the engine's first chunk arrives (its prefill is done), in every mode. */
   onFirstChunk?: () => void;
 }

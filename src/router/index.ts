@@ -44,7 +44,7 @@ export interface RouteCall {
   /** Everything else of the OpenAI body, passed through. */
   body: Record<string, unknown>;
   signal: AbortSignal;
-  onChunk?: (chunk: ChatChunk) => void;
+  onChunk?: (chunk: ChatChunk, text: string) => void;
   onRoute?: (route: Route) => void;
 }
 

@@ -1,72 +1,14 @@
-import { type Dispatcher, errors, Pool } from 'undici';
-import {
-  type ChatCall,
-  type ChatChunk,
-  type ChatCompletion,
-  type ChatMessage,
-  type EngineAdapter,
-  EngineError,
-  type EngineProbe,
-  type ReplicaTarget,
+import { Pool } from 'undici';
+import type {
+  ChatCall,
+  ChatCompletion,
+  ChatMessage,
+  EngineAdapter,
+  EngineProbe,
+  ReplicaTarget,
 } from '../types.js';
-import { CompletionAssembler } from './assemble.js';
-import {
-  contextFromModels,
-  contextFromProps,
-  isContextLengthError,
-  probeFromMetrics,
-  tokenCount,
-} from './discovery.js';
-import { sseData } from './sse.js';
-
-/**
- * The message an OpenAI-compatible server put in its error body, whatever its dialect, and the
- * other fields of its error object (`type`, `param`, llama.cpp's `n_prompt_tokens` and `n_ctx`, …).
- */
-export function upstreamError(text: string): { message: string; fields: Record<string, unknown> } {
-  try {
-    const body = JSON.parse(text) as {
-      error?: Record<string, unknown> | string;
-      message?: string;
-      detail?: unknown;
-    };
-    if (typeof body.error === 'object' && body.error !== null) {
-      const { message, code: _status, ...fields } = body.error;
-      if (typeof message === 'string' && message) return { message, fields };
-    }
-    if (typeof body.error === 'string') return { message: body.error, fields: {} };
-    if (body.message) return { message: body.message, fields: {} };
-    if (body.detail) {
-      return {
-        message: typeof body.detail === 'string' ? body.detail : JSON.stringify(body.detail),
-        fields: {},
-      };
-    }
-  } catch {}
-  return { message: text.slice(0, 500) || 'no error message', fields: {} };
-}
-
-/** undici's and the socket's failures, as engine errors. */
-function asEngineError(error: unknown, replica: ReplicaTarget, beforeOutput: boolean): EngineError {
-  if (error instanceof EngineError) return error;
-  const code = (error as { code?: string }).code ?? '';
-  const message = (error as Error).message ?? String(error);
-  if (
-    error instanceof errors.HeadersTimeoutError ||
-    error instanceof errors.BodyTimeoutError ||
-    code === 'UND_ERR_CONNECT_TIMEOUT'
-  ) {
-    return new EngineError(
-      `${replica.label} did not answer within ${replica.timeoutMs} ms`,
-      'timeout',
-      beforeOutput,
-    );
-  }
-  if (code === 'ECONNREFUSED' || code === 'ENOTFOUND' || code === 'EHOSTUNREACH') {
-    return new EngineError(`cannot connect to ${replica.label}: ${code}`, 'unavailable', beforeOutput);
-  }
-  return new EngineError(`${replica.label} broke off the answer: ${code || message}`, 'broken', beforeOutput);
-}
+import { ChatStreamCall } from './call.js';
+import { contextFromModels, contextFromProps, probeFromMetrics, tokenCount } from './discovery.js';
 
 /**
  * One adapter for every server that speaks the OpenAI chat-completions protocol: vLLM, SGLang,
@@ -76,6 +18,8 @@ function asEngineError(error: unknown, replica: ReplicaTarget, beforeOutput: boo
 export class OpenAICompatibleAdapter implements EngineAdapter {
   readonly capabilities = { streaming: true, cancel: true, prefixCache: true, introspection: true } as const;
   readonly #pools = new Map<string, Pool>();
+  /** Each replica URL's path, which every request path extends. */
+  readonly #bases = new Map<string, string>();
   /** Health checks and introspection on connections of their own, so a busy replica still answers them. */
   readonly #probePools = new Map<string, Pool>();
 
@@ -152,11 +96,10 @@ export class OpenAICompatibleAdapter implements EngineAdapter {
 
   /** A pool per replica of each engine entry: two entries on one server keep their own limits. */
   #pool(replica: ReplicaTarget): Pool {
-    const origin = new URL(replica.url).origin;
-    const key = `${replica.label}\u0000${origin}`;
+    const key = `${replica.label}\u0000${replica.url}`;
     let pool = this.#pools.get(key);
     if (!pool) {
-      pool = new Pool(origin, {
+      pool = new Pool(new URL(replica.url).origin, {
         connections: replica.maxConcurrency,
         pipelining: 1,
         connect: { timeout: replica.connectTimeoutMs },
@@ -170,7 +113,11 @@ export class OpenAICompatibleAdapter implements EngineAdapter {
   }
 
   #path(replica: ReplicaTarget, path: string): string {
-    const base = new URL(replica.url).pathname.replace(/\/+$/, '');
+    let base = this.#bases.get(replica.url);
+    if (base === undefined) {
+      base = new URL(replica.url).pathname.replace(/\/+$/, '');
+      this.#bases.set(replica.url, base);
+    }
     return `${base}${path}`;
   }
 
@@ -179,77 +126,23 @@ export class OpenAICompatibleAdapter implements EngineAdapter {
    * do not notice a closed non-streaming request — and folds the stream into the completion, so a
    * cancelled job stops the GPU whatever its mode. The caller's `onChunk` sees each chunk.
    */
-  async chat(replica: ReplicaTarget, call: ChatCall): Promise<ChatCompletion> {
-    const body = { ...call.body, stream: true, stream_options: { include_usage: true } };
-    let response: Dispatcher.ResponseData;
-    try {
-      response = await this.#pool(replica).request({
-        method: 'POST',
-        path: this.#path(replica, '/v1/chat/completions'),
-        headers: {
-          'content-type': 'application/json',
-          accept: 'text/event-stream',
-          ...(replica.apiKey ? { authorization: `Bearer ${replica.apiKey}` } : {}),
+  chat(replica: ReplicaTarget, call: ChatCall): Promise<ChatCompletion> {
+    const body = JSON.stringify({ ...call.body, stream: true, stream_options: { include_usage: true } });
+    return new Promise((resolve, reject) => {
+      this.#pool(replica).dispatch(
+        {
+          method: 'POST',
+          path: this.#path(replica, '/v1/chat/completions'),
+          headers: {
+            'content-type': 'application/json',
+            accept: 'text/event-stream',
+            ...(replica.apiKey ? { authorization: `Bearer ${replica.apiKey}` } : {}),
+          },
+          body,
         },
-        body: JSON.stringify(body),
-        signal: call.signal,
-      });
-    } catch (error) {
-      throw asEngineError(error, replica, true);
-    }
-    if (response.statusCode >= 400) {
-      const text = await response.body.text().catch(() => '');
-      const { message, fields } = upstreamError(text);
-      const status = response.statusCode;
-      if (status >= 500 || status === 429) {
-        throw new EngineError(`${replica.label} answered ${status}: ${message}`, 'unavailable', true, status);
-      }
-      // The request's own fault: the engine's words, unprefixed, for the caller.
-      throw new EngineError(message, 'rejected', true, status, isContextLengthError(text), fields);
-    }
-    const contentType = String(response.headers['content-type'] ?? '');
-    if (!contentType.includes('text/event-stream')) {
-      // An engine that ignored `stream: true` answered the whole completion at once.
-      try {
-        const completion = (await response.body.json()) as ChatCompletion;
-        return completion;
-      } catch (error) {
-        throw asEngineError(error, replica, true);
-      }
-    }
-    const assembler = new CompletionAssembler();
-    // Output counts once it reached the caller: a sync or async answer that breaks off may be retried.
-    let sent = false;
-    let first = true;
-    let done = false;
-    try {
-      for await (const data of sseData(response.body)) {
-        if (data === '[DONE]') {
-          done = true;
-          break;
-        }
-        const chunk = JSON.parse(data) as ChatChunk & { error?: { message?: string } };
-        if (chunk.error)
-          throw new EngineError(
-            `${replica.label} failed mid-answer: ${chunk.error.message}`,
-            'broken',
-            !sent,
-          );
-        assembler.add(chunk);
-        if (first) {
-          first = false;
-          call.onFirstChunk?.();
-        }
-        if (call.onChunk) {
-          call.onChunk(chunk);
-          sent = true;
-        }
-      }
-    } catch (error) {
-      throw asEngineError(error, replica, !sent);
-    }
-    if (!done) throw new EngineError(`${replica.label} ended the stream before [DONE]`, 'broken', !sent);
-    return assembler.result();
+        new ChatStreamCall(replica, call, resolve, reject),
+      );
+    });
   }
 
   async healthy(replica: ReplicaTarget, timeoutMs: number): Promise<boolean> {

@@ -18,8 +18,9 @@ interface ChoiceState {
 }
 
 /** Delta fields that are text to concatenate, beyond `content`: reasoning models' and refusals. */
-const TEXT_FIELDS = ['reasoning_content', 'reasoning', 'refusal'] as const;
+const TEXT_FIELDS: ReadonlySet<string> = new Set(['reasoning_content', 'reasoning', 'refusal']);
 const CHUNK_ONLY = new Set(['id', 'object', 'created', 'model', 'choices', 'usage']);
+const CHOICE_ONLY = new Set(['index', 'delta', 'finish_reason', 'logprobs']);
 
 /**
  * Folds stream chunks into the `chat.completion` a non-stream call would have answered, keeping
@@ -40,8 +41,10 @@ export class CompletionAssembler {
     this.#created ||= chunk.created;
     this.#model ||= chunk.model;
     if (chunk.usage) this.#usage = chunk.usage;
-    for (const [key, value] of Object.entries(chunk)) {
-      if (!CHUNK_ONLY.has(key) && value !== undefined) this.#extra[key] = value;
+    // for…in rather than Object.entries: this runs for every chunk of every answer.
+    for (const key in chunk) {
+      const value = chunk[key];
+      if (value !== undefined && !CHUNK_ONLY.has(key)) this.#extra[key] = value;
     }
     for (const choice of chunk.choices ?? []) this.#addChoice(choice);
   }
@@ -59,11 +62,12 @@ export class CompletionAssembler {
       this.#choices.set(choice.index, state);
     }
     const delta = choice.delta ?? {};
-    for (const [key, value] of Object.entries(delta)) {
+    for (const key in delta) {
+      const value = delta[key];
       if (key === 'role' && typeof value === 'string') state.message.role = value;
       else if (key === 'content') {
         if (typeof value === 'string') state.message.content = (state.message.content ?? '') + value;
-      } else if ((TEXT_FIELDS as readonly string[]).includes(key)) {
+      } else if (TEXT_FIELDS.has(key)) {
         if (typeof value === 'string') state.message[key] = String(state.message[key] ?? '') + value;
       } else if (key === 'tool_calls') this.#addToolCalls(state, value as ToolCallDelta[] | undefined);
       else if (value !== undefined && value !== null) state.message[key] = value;
@@ -74,10 +78,9 @@ export class CompletionAssembler {
       if (Array.isArray(logprobs.content)) state.logprobs.content.push(...logprobs.content);
       if (Array.isArray(logprobs.refusal)) state.logprobs.refusal.push(...logprobs.refusal);
     }
-    for (const [key, value] of Object.entries(choice)) {
-      if (!['index', 'delta', 'finish_reason', 'logprobs'].includes(key) && value !== undefined) {
-        state.extra[key] = value;
-      }
+    for (const key in choice) {
+      const value = (choice as Record<string, unknown>)[key];
+      if (value !== undefined && !CHOICE_ONLY.has(key)) state.extra[key] = value;
     }
     if (choice.finish_reason) state.finish_reason = choice.finish_reason;
   }

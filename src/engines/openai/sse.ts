@@ -1,23 +1,51 @@
+const LF = 0x0a;
+const CR = 0x0d;
+
 /**
- * Splits a text/event-stream body into the `data:` payloads of its events, as they complete. Bytes
- * are decoded as one UTF-8 stream, so a character split across two network reads stays whole.
+ * Splits a text/event-stream body into the `data:` payloads of its events as the bytes arrive,
+ * without a stream or a promise per read. A line is decoded only once it is complete, so a UTF-8
+ * character split across two network reads stays whole. Lines may end in LF or CRLF; fields other
+ * than `data` (`event`, `id`, comments) are ignored.
  */
-export async function* sseData(body: AsyncIterable<Buffer | string>): AsyncGenerator<string> {
-  const decoder = new TextDecoder('utf-8');
-  let buffered = '';
-  for await (const piece of body) {
-    buffered += typeof piece === 'string' ? piece : decoder.decode(piece, { stream: true });
-    let end = buffered.search(/\r?\n\r?\n/);
-    while (end !== -1) {
-      const event = buffered.slice(0, end);
-      buffered = buffered.slice(end).replace(/^\r?\n\r?\n/, '');
-      const data = event
-        .split(/\r?\n/)
-        .filter((line) => line.startsWith('data:'))
-        .map((line) => line.slice(5).replace(/^ /, ''))
-        .join('\n');
-      if (data) yield data;
-      end = buffered.search(/\r?\n\r?\n/);
+export class SseDecoder {
+  /** The bytes of an incomplete last line. */
+  #rest: Buffer | undefined;
+  /** The data lines of the event being read. */
+  #data: string[] = [];
+
+  /** Feeds `bytes`; calls `onData` with the data of each event they complete, in order. */
+  push(bytes: Buffer, onData: (data: string) => void): void {
+    const buffer = this.#rest ? Buffer.concat([this.#rest, bytes]) : bytes;
+    this.#rest = undefined;
+    let start = 0;
+    for (let end = buffer.indexOf(LF, start); end !== -1; end = buffer.indexOf(LF, start)) {
+      const stop = end > start && buffer[end - 1] === CR ? end - 1 : end;
+      if (stop === start) {
+        // A blank line ends the event.
+        if (this.#data.length > 0) {
+          const data = this.#data.length === 1 ? (this.#data[0] as string) : this.#data.join('\n');
+          this.#data = [];
+          onData(data);
+        }
+      } else if (isDataLine(buffer, start, stop)) {
+        const from = start + (buffer[start + 5] === 0x20 ? 6 : 5);
+        this.#data.push(buffer.toString('utf8', from, stop));
+      }
+      start = end + 1;
     }
+    // Copied: the reader may reuse its buffer for the next read.
+    if (start < buffer.length) this.#rest = Buffer.from(buffer.subarray(start));
   }
+}
+
+/** `data:` at the start of the line, or the bare field name `data`. */
+function isDataLine(buffer: Buffer, start: number, stop: number): boolean {
+  return (
+    stop - start >= 4 &&
+    buffer[start] === 0x64 &&
+    buffer[start + 1] === 0x61 &&
+    buffer[start + 2] === 0x74 &&
+    buffer[start + 3] === 0x61 &&
+    (stop - start === 4 || buffer[start + 4] === 0x3a)
+  );
 }

@@ -1,0 +1,214 @@
+import type { Dispatcher } from 'undici';
+import {
+  type ChatCall,
+  type ChatChunk,
+  type ChatCompletion,
+  EngineError,
+  type ReplicaTarget,
+} from '../types.js';
+import { CompletionAssembler } from './assemble.js';
+import { isContextLengthError } from './discovery.js';
+import { SseDecoder } from './sse.js';
+
+/** Most of an error body or a non-stream answer kept; beyond it the answer is broken. */
+const MAX_BODY_BYTES = 64 * 1024 * 1024;
+
+/**
+ * The message an OpenAI-compatible server put in its error body, whatever its dialect, and the
+ * other fields of its error object (`type`, `param`, llama.cpp's `n_prompt_tokens` and `n_ctx`, …).
+ */
+export function upstreamError(text: string): { message: string; fields: Record<string, unknown> } {
+  try {
+    const body = JSON.parse(text) as {
+      error?: Record<string, unknown> | string;
+      message?: string;
+      detail?: unknown;
+    };
+    if (typeof body.error === 'object' && body.error !== null) {
+      const { message, code: _status, ...fields } = body.error;
+      if (typeof message === 'string' && message) return { message, fields };
+    }
+    if (typeof body.error === 'string') return { message: body.error, fields: {} };
+    if (body.message) return { message: body.message, fields: {} };
+    if (body.detail) {
+      return {
+        message: typeof body.detail === 'string' ? body.detail : JSON.stringify(body.detail),
+        fields: {},
+      };
+    }
+  } catch {}
+  return { message: text.slice(0, 500) || 'no error message', fields: {} };
+}
+
+/** undici's and the socket's failures, as engine errors. */
+export function asEngineError(error: unknown, replica: ReplicaTarget, beforeOutput: boolean): EngineError {
+  if (error instanceof EngineError) return error;
+  const code = (error as { code?: string }).code ?? '';
+  const message = (error as Error).message ?? String(error);
+  if (
+    code === 'UND_ERR_HEADERS_TIMEOUT' ||
+    code === 'UND_ERR_BODY_TIMEOUT' ||
+    code === 'UND_ERR_CONNECT_TIMEOUT'
+  ) {
+    return new EngineError(
+      `${replica.label} did not answer within ${replica.timeoutMs} ms`,
+      'timeout',
+      beforeOutput,
+    );
+  }
+  if (code === 'ECONNREFUSED' || code === 'ENOTFOUND' || code === 'EHOSTUNREACH') {
+    return new EngineError(`cannot connect to ${replica.label}: ${code}`, 'unavailable', beforeOutput);
+  }
+  return new EngineError(`${replica.label} broke off the answer: ${code || message}`, 'broken', beforeOutput);
+}
+
+/**
+ * One streamed chat completion, as an undici dispatch handler: the engine's bytes are split into
+ * events, each parsed once, folded into the completion and handed to `onChunk` with its text, in
+ * the read that brought it — no stream, iterator or promise per chunk. Settles once: with the
+ * assembled completion after `[DONE]`, or with an EngineError.
+ */
+export class ChatStreamCall implements Dispatcher.DispatchHandler {
+  readonly #decoder = new SseDecoder();
+  readonly #assembler = new CompletionAssembler();
+  #controller: Dispatcher.DispatchController | undefined;
+  #status = 0;
+  #eventStream = false;
+  /** An error body, or a whole completion from an engine that ignored `stream: true`. */
+  readonly #body: Buffer[] = [];
+  #bodyBytes = 0;
+  /** Output counts once it reached the caller: a sync or async answer that breaks off may be retried. */
+  #sent = false;
+  #first = true;
+  #done = false;
+  #settled = false;
+  readonly #onData = (data: string) => this.#event(data);
+  readonly #onAbort = () => this.#controller?.abort(this.#aborted());
+
+  constructor(
+    private readonly replica: ReplicaTarget,
+    private readonly call: ChatCall,
+    private readonly resolve: (completion: ChatCompletion) => void,
+    private readonly reject: (error: EngineError) => void,
+  ) {
+    call.signal.addEventListener('abort', this.#onAbort, { once: true });
+  }
+
+  #aborted(): EngineError {
+    return new EngineError(`${this.replica.label}: the call was aborted`, 'broken', !this.#sent);
+  }
+
+  onRequestStart(controller: Dispatcher.DispatchController): void {
+    this.#controller = controller;
+    if (this.call.signal.aborted) controller.abort(this.#aborted());
+  }
+
+  onResponseStart(
+    _controller: Dispatcher.DispatchController,
+    statusCode: number,
+    headers: Record<string, unknown>,
+  ): void {
+    this.#status = statusCode;
+    this.#eventStream =
+      statusCode < 400 && String(headers['content-type'] ?? '').includes('text/event-stream');
+  }
+
+  onResponseData(controller: Dispatcher.DispatchController, chunk: Buffer): void {
+    if (this.#settled) return;
+    if (!this.#eventStream) {
+      this.#bodyBytes += chunk.length;
+      if (this.#bodyBytes > MAX_BODY_BYTES) {
+        controller.abort(new EngineError(`${this.replica.label} answered more than 64 MiB`, 'broken', true));
+        return;
+      }
+      this.#body.push(chunk);
+      return;
+    }
+    try {
+      this.#decoder.push(chunk, this.#onData);
+    } catch (error) {
+      controller.abort(asEngineError(error, this.replica, !this.#sent));
+    }
+  }
+
+  #event(data: string): void {
+    if (this.#done || this.#settled) return;
+    if (data === '[DONE]') {
+      this.#done = true;
+      return;
+    }
+    const chunk = JSON.parse(data) as ChatChunk & { error?: { message?: string } };
+    if (chunk.error) {
+      throw new EngineError(
+        `${this.replica.label} failed mid-answer: ${chunk.error.message}`,
+        'broken',
+        !this.#sent,
+      );
+    }
+    this.#assembler.add(chunk);
+    if (this.#first) {
+      this.#first = false;
+      this.call.onFirstChunk?.();
+    }
+    if (this.call.onChunk) {
+      this.call.onChunk(chunk, data);
+      this.#sent = true;
+    }
+  }
+
+  onResponseEnd(): void {
+    if (this.#settled) return;
+    if (this.#eventStream) {
+      if (this.#done) this.#succeed(this.#assembler.result());
+      else
+        this.#fail(
+          new EngineError(`${this.replica.label} ended the stream before [DONE]`, 'broken', !this.#sent),
+        );
+      return;
+    }
+    const text = Buffer.concat(this.#body).toString('utf8');
+    const status = this.#status;
+    if (status >= 400) {
+      const { message, fields } = upstreamError(text);
+      if (status >= 500 || status === 429) {
+        this.#fail(
+          new EngineError(
+            `${this.replica.label} answered ${status}: ${message}`,
+            'unavailable',
+            true,
+            status,
+          ),
+        );
+      } else {
+        // The request's own fault: the engine's words, unprefixed, for the caller.
+        this.#fail(new EngineError(message, 'rejected', true, status, isContextLengthError(text), fields));
+      }
+      return;
+    }
+    // An engine that ignored `stream: true` answered the whole completion at once.
+    try {
+      this.#succeed(JSON.parse(text) as ChatCompletion);
+    } catch (error) {
+      this.#fail(asEngineError(error, this.replica, true));
+    }
+  }
+
+  onResponseError(_controller: Dispatcher.DispatchController, error: Error): void {
+    this.#fail(asEngineError(error, this.replica, !this.#sent));
+  }
+
+  #succeed(completion: ChatCompletion): void {
+    if (this.#settle()) this.resolve(completion);
+  }
+
+  #fail(error: EngineError): void {
+    if (this.#settle()) this.reject(error);
+  }
+
+  #settle(): boolean {
+    if (this.#settled) return false;
+    this.#settled = true;
+    this.call.signal.removeEventListener('abort', this.#onAbort);
+    return true;
+  }
+}
