@@ -1,3 +1,4 @@
+import type { ServerResponse } from 'node:http';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { uuidv7 } from '../ids.js';
 import type { JobEvent } from '../jobs/events.js';
@@ -30,7 +31,7 @@ export async function streamJob(
   const off = jobs.events.on(id, (event) => deliver(event));
   let finished = false;
   try {
-    await jobs.submit({
+    const { job: submitted } = await jobs.submit({
       id,
       kind: options.kind,
       mode: 'stream',
@@ -74,28 +75,63 @@ export async function streamJob(
       ...(options.headers?.(meta) ?? {}),
     });
 
+    const out = new EventWriter(raw);
     await new Promise<void>((resolve) => {
       const write = (event: JobEvent) => {
-        if (event.t === 'part') raw.write(`data: ${JSON.stringify(event.data)}\n\n`);
+        if (event.t === 'part') out.event(event.data);
         if (event.t !== 'done') return;
         void (event.job ? Promise.resolve(event.job) : jobs.store.jobs.byId(id)).then((job) => {
           finished = true;
-          if (job?.status === 'completed') raw.write('data: [DONE]\n\n');
-          else if (job)
-            raw.write(`data: ${JSON.stringify({ error: jobError(job, jobs.poll(job)).toBody() })}\n\n`);
-          raw.end();
+          if (job?.status === 'completed') out.event('[DONE]');
+          else if (job) out.event(JSON.stringify({ error: jobError(job, jobs.poll(job)).toBody() }));
+          out.end();
           resolve();
         });
       };
       deliver = write;
       for (const event of pending.splice(0)) write(event);
       // A done event lost between processes still ends the stream.
-      void jobs.waitForTerminal(id, 24 * 60 * 60 * 1000).then((job) => {
+      void jobs.waitForTerminal(id, 24 * 60 * 60 * 1000, undefined, submitted).then((job) => {
         if (!finished && isTerminal(job.status)) write({ t: 'done', id });
       });
       raw.on('close', () => resolve());
     });
   } finally {
     off();
+  }
+}
+
+/**
+ * Server-sent events written straight onto the response's socket, each batch framed as one HTTP/1.1
+ * chunk: one write per event, or one for the events that arrived in the same read (they are joined
+ * until the current task ends). Node's `res.write` would buffer four writes per event and send them
+ * on the next tick. A response that is not chunked (an HTTP/1.0 client) goes through `res.write`.
+ */
+class EventWriter {
+  #pending = '';
+  readonly #direct: boolean;
+  readonly #flush = () => {
+    const text = this.#pending;
+    this.#pending = '';
+    const socket = this.raw.socket;
+    if (text === '' || !socket || socket.destroyed) return;
+    if (this.#direct) socket.write(`${Buffer.byteLength(text).toString(16)}\r\n${text}\r\n`);
+    else this.raw.write(text);
+  };
+
+  constructor(private readonly raw: ServerResponse) {
+    raw.flushHeaders();
+    this.#direct = (raw as ServerResponse & { chunkedEncoding?: boolean }).chunkedEncoding === true;
+  }
+
+  event(data: string): void {
+    if (this.#pending === '') queueMicrotask(this.#flush);
+    this.#pending += `data: ${data}\n\n`;
+  }
+
+  /** Writes what is waiting and the end of the response. */
+  end(): void {
+    this.#flush();
+    this.raw.end();
   }
 }

@@ -13,8 +13,8 @@ export interface RunContext<Request> {
   readonly mode: JobMode;
   /** Reports progress in [0, 1]; it shows in the poll body. */
   progress(fraction: number): Promise<void>;
-  /** Sends partial output to requests waiting on the job (streams); nothing is stored. */
-  publish(data: unknown): Promise<void>;
+  /** Sends partial output — one server-sent event's data, as JSON text — to requests waiting on the job (streams); nothing is stored. */
+  publish(data: string): void;
   /** Records facts about the run on the job (e.g. its route) and tells waiting requests. */
   record(meta: Record<string, unknown>): Promise<void>;
 }

@@ -45,13 +45,14 @@ export const isTerminal = (status: JobStatus) => TERMINAL_STATUSES.includes(stat
 export interface LocalSlot {
   owner: string;
   leaseMs: number;
-  /** Runs the job, inserted already leased to `owner`. */
-  run(job: JobRow): void;
+  /** Runs the job, inserted already leased to `owner`; `request` is its request, not yet serialised. */
+  run(job: JobRow, request: unknown): void;
   /** Gives the slot back unused (the insert failed). */
   release(): void;
 }
 
 export interface LocalWorker {
+  readonly owner: string;
   reserve(): LocalSlot | undefined;
 }
 
@@ -138,7 +139,7 @@ export class JobService {
           }
           return inserted;
         });
-        if (slot) slot.run(job);
+        if (slot) slot.run(job, submission.request);
         else await this.store.driver.notify('kiln_jobs', kind.name);
         return { job, replayed: false };
       } catch (error) {
@@ -206,7 +207,7 @@ export class JobService {
       },
     );
     if (cancelled) {
-      if (job.status === 'running') await this.events.publish({ t: 'cancel', id: job.id });
+      if (job.status === 'running') this.events.publish({ t: 'cancel', id: job.id });
       return cancelled;
     }
     const now = (await this.store.jobs.byId(job.id)) as JobRow;
@@ -238,7 +239,7 @@ export class JobService {
       return row;
     });
     if (job) {
-      await this.events.publish({ t: 'done', id, job });
+      this.events.publish({ t: 'done', id, job });
       if (job.webhook_url) await this.store.driver.notify('kiln_webhooks', id);
     }
     return job;
@@ -247,7 +248,8 @@ export class JobService {
   /**
    * Waits until the job is terminal or `timeoutMs` passes; answers the row either way. Listens before
    * it looks, so a finish in between is never missed, and re-reads now and then in case a
-   * notification was lost.
+   * notification was lost: every second while another process may finish the job, rarely when it
+   * runs here, where its end is an event in this process.
    */
   async waitForTerminal(
     id: string,
@@ -257,6 +259,8 @@ export class JobService {
     known?: JobRow,
   ): Promise<JobRow> {
     const deadline = Date.now() + timeoutMs;
+    const runsHere = known?.lease_owner != null && known.lease_owner === this.#localWorker?.owner;
+    const rereadMs = this.store.driver.dialect.sharedAcrossProcesses && !runsHere ? 1000 : 10_000;
     let wake: () => void = () => undefined;
     let finished: JobRow | undefined;
     const off = this.events.on(id, (event) => {
@@ -280,7 +284,7 @@ export class JobService {
         await Promise.race([
           woken,
           new Promise<void>((resolve) => {
-            timer = setTimeout(resolve, Math.min(left, 1000));
+            timer = setTimeout(resolve, Math.min(left, rereadMs));
           }),
         ]);
         clearTimeout(timer);

@@ -65,8 +65,8 @@ export class Worker {
     return {
       owner: this.owner,
       leaseMs: this.options.leaseMs,
-      run: (job) => {
-        if (done()) this.#start(job);
+      run: (job, request) => {
+        if (done()) this.#start(job, request);
       },
       release: () => {
         if (done()) this.#wake();
@@ -154,11 +154,15 @@ export class Worker {
     }
   }
 
-  #start(job: JobRow): void {
+  /**
+   * `request` is set for a job submitted in this process, which holds any request waiting for its
+   * output; a claimed job's request comes from the store.
+   */
+  #start(job: JobRow, request?: unknown): void {
     const controller = new AbortController();
     const running: Running = { job, controller, done: Promise.resolve() };
     this.#running.set(job.id, running);
-    running.done = this.#run(job, controller)
+    running.done = this.#run(job, controller, request)
       .catch((error: unknown) => {
         // The outcome did not commit: the job stays running under this lease, renewals stop, and the
         // sweeper requeues it once the lease runs out. One job's store error must not end the process.
@@ -173,7 +177,7 @@ export class Worker {
       });
   }
 
-  async #run(job: JobRow, controller: AbortController): Promise<void> {
+  async #run(job: JobRow, controller: AbortController, localRequest: unknown): Promise<void> {
     const kind = this.jobs.kinds.get(job.kind);
     const log = this.log.child({ job_id: job.id, kind: job.kind, attempt: job.attempts });
     const guard = { by: 'worker', owner: this.owner, attempt: job.attempts } as const;
@@ -196,19 +200,25 @@ export class Worker {
       publicId: `${kind.idPrefix}${job.id}`,
       id: job.id,
       orgId: job.org_id,
-      request: JSON.parse(job.request),
+      request: localRequest ?? JSON.parse(job.request),
       attempt: job.attempts,
       mode: job.mode,
       progress: async (fraction) => {
         const progress = Math.min(1, Math.max(0, fraction));
         await this.jobs.store.jobs.setProgress(job.id, this.owner, job.attempts, progress);
-        await this.jobs.events.publish({ t: 'progress', id: job.id, progress });
+        this.jobs.events.publish({ t: 'progress', id: job.id, progress });
       },
-      publish: (data) => this.jobs.events.publish({ t: 'part', id: job.id, data }),
+      // A stream's output goes only where its request waits: this process, if it submitted the job.
+      publish:
+        localRequest !== undefined
+          ? (data) => this.jobs.events.publishLocal({ t: 'part', id: job.id, data })
+          : (data) => this.jobs.events.publish({ t: 'part', id: job.id, data }),
       record: async (meta) => {
-        // Waiting requests hear it now (a stream's headers carry the route); the store gets it with the outcome.
+        // Waiting requests hear it now (a stream's headers carry the route), where they wait; the
+        // store gets it with the outcome.
         Object.assign(recorded, meta);
-        await this.jobs.events.publish({ t: 'meta', id: job.id, meta });
+        if (localRequest !== undefined) this.jobs.events.publishLocal({ t: 'meta', id: job.id, meta });
+        else this.jobs.events.publish({ t: 'meta', id: job.id, meta });
       },
     };
     // Decide the outcome first and record it once, so a store error while recording is never

@@ -321,7 +321,7 @@ for (const storeCase of storeCases) {
       });
       expect((await jobs.waitForTerminal(id, 5000)).status).toBe('completed');
       off();
-      expect(parts).toEqual([{ part: 0 }, { part: 1 }, { part: 2 }]);
+      expect(parts).toEqual(['{"part":0}', '{"part":1}', '{"part":2}']);
     });
 
     it('an expired job answers 410', async () => {
