@@ -1,4 +1,5 @@
 import type { FastifyRequest } from 'fastify';
+import type { Logger } from 'pino';
 import { authenticate } from '../auth/keys.js';
 import { KilnError } from '../errors.js';
 import type { ApiKey, Store } from '../store/index.js';
@@ -22,6 +23,7 @@ export function requireApiKey(store: Store) {
     const key = await authenticate(store, match[1] as string);
     if (!key) throw new KilnError('unauthorized', 'the API key is unknown or has been revoked');
     request.auth = key;
-    request.log = request.log.child({ org_id: key.org_id, key_id: key.id });
+    // The request's own logger (Fastify makes one per request) carries the caller from here on.
+    (request.log as Logger).setBindings({ org_id: key.org_id, key_id: key.id });
   };
 }

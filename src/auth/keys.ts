@@ -30,5 +30,5 @@ export async function issueKey(
 /** The key behind an `Authorization: Bearer …` value, or undefined when it is not a live key. */
 export async function authenticate(store: Store, key: string): Promise<ApiKey | undefined> {
   if (!key.startsWith(KEY_PREFIX) || key.length > 128) return undefined;
-  return store.keys.findActiveByHash(hashKey(key));
+  return store.liveKeys.find(hashKey(key));
 }

@@ -23,7 +23,7 @@ export interface Dialect {
 }
 
 /** Channels processes use to wake each other (new work, finished jobs, cancellations, partial output) and to share what replicas cache. */
-export type Channel = 'kiln_jobs' | 'kiln_job_events' | 'kiln_webhooks' | 'kiln_routing';
+export type Channel = 'kiln_jobs' | 'kiln_job_events' | 'kiln_webhooks' | 'kiln_routing' | 'kiln_keys';
 
 export interface SqlDriver extends SqlExecutor {
   readonly dialect: Dialect;
@@ -36,6 +36,11 @@ export interface SqlDriver extends SqlExecutor {
    * database (PostgreSQL NOTIFY) or in this process (SQLite, which one process owns).
    */
   notify(channel: Channel, payload: string): Promise<void>;
+  /**
+   * A number that moves whenever another connection — another process — has committed to the
+   * database (SQLite's `data_version`); absent where other processes notify instead (PostgreSQL).
+   */
+  externalVersion?(): number;
   /** Subscribes to a channel; answers the function that unsubscribes. */
   listen(channel: Channel, handler: (payload: string) => void): Promise<() => Promise<void>>;
   /** Makes the database ready for migrations (PostgreSQL: creates the configured schema). */

@@ -1,3 +1,4 @@
+import { KeyCache } from '../auth/cache.js';
 import type { Config } from '../config/schema.js';
 import type { SqlDriver, SqlExecutor } from './driver.js';
 import { migrate } from './migrations.js';
@@ -29,9 +30,9 @@ export class Repositories {
   readonly files: FileRepository;
   readonly settings: SettingsRepository;
 
-  constructor(db: SqlExecutor, dialect: SqlDriver['dialect']) {
+  constructor(db: SqlExecutor, dialect: SqlDriver['dialect'], onRevoke?: () => Promise<void>) {
     this.orgs = new OrgRepository(db);
-    this.keys = new KeyRepository(db);
+    this.keys = new KeyRepository(db, onRevoke);
     this.contexts = new ContextRepository(db);
     this.jobs = new JobRepository(db, dialect);
     this.usage = new UsageRepository(db);
@@ -44,8 +45,15 @@ export class Repositories {
 
 /** Kiln's persistent state behind one async interface, whatever database holds it. */
 export class Store extends Repositories {
+  /** Live API keys by hash, emptied the moment a key is revoked (see KeyCache). */
+  readonly liveKeys: KeyCache;
+
   constructor(readonly driver: SqlDriver) {
-    super(driver, driver.dialect);
+    super(driver, driver.dialect, async () => {
+      this.liveKeys.clear();
+      await driver.notify('kiln_keys', '');
+    });
+    this.liveKeys = new KeyCache(driver, (hash) => this.keys.findActiveByHash(hash));
   }
 
   get dialect(): SqlDriver['dialect']['name'] {

@@ -15,7 +15,11 @@ export interface NewKey {
 }
 
 export class KeyRepository {
-  constructor(private readonly db: SqlExecutor) {}
+  constructor(
+    private readonly db: SqlExecutor,
+    /** Told after a key stops being live, so caches of live keys forget it. */
+    private readonly onRevoke?: () => Promise<void>,
+  ) {}
 
   async create(key: NewKey): Promise<ApiKey> {
     const id = newId('key');
@@ -43,6 +47,7 @@ export class KeyRepository {
       'UPDATE api_keys SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL',
       [Date.now(), id],
     );
+    if (changed > 0) await this.onRevoke?.();
     return changed > 0;
   }
 }
