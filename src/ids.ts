@@ -11,13 +11,13 @@ let sequence = 0;
 export function uuidv7(now = Date.now()): string {
   if (now > lastMs) {
     lastMs = now;
-    sequence = randomBytes(2).readUInt16BE() & 0x7ff; // start low in the 12 bits, leaving room to count
+    sequence = random(2).readUInt16BE() & 0x7ff; // start low in the 12 bits, leaving room to count
   } else if (++sequence > 0xfff) {
     lastMs++; // the counter ran out: borrow the next millisecond rather than lose the order
     sequence = 0;
   }
-  const bytes = new Uint8Array(16);
-  randomFillSync(bytes, 8);
+  const bytes = Buffer.allocUnsafe(16);
+  random(8).copy(bytes, 8);
   let ms = lastMs;
   for (let i = 5; i >= 0; i--) {
     bytes[i] = ms % 256;
@@ -26,8 +26,20 @@ export function uuidv7(now = Date.now()): string {
   bytes[6] = 0x70 | (sequence >> 8);
   bytes[7] = sequence & 0xff;
   bytes[8] = ((bytes[8] as number) & 0x3f) | 0x80;
-  const hex = Buffer.from(bytes).toString('hex');
+  const hex = bytes.toString('hex');
   return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20)}`;
+}
+
+/** Random bytes for ids, drawn from the system's generator a few KB at a time rather than per id. */
+const entropy = Buffer.alloc(4096);
+let entropyAt = entropy.length;
+function random(length: number): Buffer {
+  if (entropyAt + length > entropy.length) {
+    randomFillSync(entropy);
+    entropyAt = 0;
+  }
+  entropyAt += length;
+  return entropy.subarray(entropyAt - length, entropyAt);
 }
 
 const BASE62 = '0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz';

@@ -87,8 +87,9 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   acceptEmptyJsonWithoutBody(app);
   installErrorHandling(app);
   app.decorateRequest('auth', null as never);
-  app.addHook('onSend', async (request, reply) => {
+  app.addHook('onSend', (request, reply, payload, done) => {
     reply.header('x-request-id', request.id);
+    done(null, payload);
   });
 
   await app.register(async (api) => {

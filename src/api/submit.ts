@@ -139,6 +139,11 @@ export async function submitJob(
   const done = await deps.jobs.waitForTerminal(job.id, waitMs, undefined, replayed ? undefined : job);
   if (!isTerminal(done.status)) return accepted();
   reply.headers(options.headers?.(done) ?? {});
-  if (done.status === 'completed') return reply.status(200).send(JSON.parse(done.result ?? 'null'));
+  // The result as it was stored: JSON already, sent without another parse and serialisation.
+  if (done.status === 'completed')
+    return reply
+      .status(200)
+      .type('application/json; charset=utf-8')
+      .send(done.result ?? 'null');
   throw jobError(done, deps.jobs.poll(done));
 }

@@ -18,25 +18,47 @@ export function toNumberedPlaceholders(sql: string): string {
   return sql.replace(/\?/g, () => `$${++n}`);
 }
 
+/** Distinct SQL texts given a name, so each connection parses and plans them once. */
+const MAX_NAMED_STATEMENTS = 256;
+const statements = new Map<string, { text: string; name: string | undefined }>();
+
+/** The numbered text of `sql`, named for a prepared statement while there is room for more names. */
+function statement(sql: string): { text: string; name: string | undefined } {
+  let known = statements.get(sql);
+  if (!known) {
+    // Statements with lists of placeholders vary in length; the room for names is kept for the rest.
+    const named = statements.size < MAX_NAMED_STATEMENTS && !/\?\s*,\s*\?|\)\s+OR\s+\(/.test(sql);
+    known = { text: toNumberedPlaceholders(sql), name: named ? `kiln_${statements.size}` : undefined };
+    statements.set(sql, known);
+  }
+  return known;
+}
+
 function executor(client: pg.Pool | pg.PoolClient): SqlExecutor {
-  const cache = new Map<string, string>();
-  const text = (sql: string) => {
-    let converted = cache.get(sql);
-    if (converted === undefined) {
-      converted = toNumberedPlaceholders(sql);
-      cache.set(sql, converted);
-    }
-    return converted;
+  const query = (sql: string, params: readonly unknown[]) => {
+    const { text, name } = statement(sql);
+    return client.query(
+      name ? { name, text, values: params as unknown[] } : { text, values: params as unknown[] },
+    );
   };
   return {
-    all: async <T>(sql: string, params: readonly unknown[] = []) =>
-      (await client.query(text(sql), params as unknown[])).rows as T[],
+    all: async <T>(sql: string, params: readonly unknown[] = []) => (await query(sql, params)).rows as T[],
     get: async <T>(sql: string, params: readonly unknown[] = []) =>
-      (await client.query(text(sql), params as unknown[])).rows[0] as T | undefined,
-    run: async (sql: string, params: readonly unknown[] = []) =>
-      (await client.query(text(sql), params as unknown[])).rowCount ?? 0,
+      (await query(sql, params)).rows[0] as T | undefined,
+    run: async (sql: string, params: readonly unknown[] = []) => (await query(sql, params)).rowCount ?? 0,
   };
 }
+
+interface GroupUnit {
+  fn: (tx: SqlExecutor) => Promise<unknown>;
+  resolve: (value: unknown) => void;
+  reject: (error: unknown) => void;
+}
+
+/** Groups committing at once, each on a connection of its own. */
+const MAX_GROUPS_IN_FLIGHT = 2;
+/** Units in one group: a failure re-runs them all one by one, so a group stays modest. */
+const MAX_GROUP_UNITS = 64;
 
 export interface PostgresOptions {
   url: string;
@@ -50,6 +72,9 @@ export class PostgresDriver implements SqlDriver {
   readonly #schema: string;
   readonly #executor: SqlExecutor;
   readonly #url: string;
+  readonly #waiting: GroupUnit[] = [];
+  #groupsInFlight = 0;
+  #groupScheduled = false;
   #listener: Promise<pg.Client> | undefined;
   readonly #handlers = new Map<Channel, Set<(payload: string) => void>>();
 
@@ -85,18 +110,71 @@ export class PostgresDriver implements SqlDriver {
     return this.#executor.run(sql, params);
   }
 
-  async transaction<T>(fn: (tx: SqlExecutor) => Promise<T>): Promise<T> {
-    const client = await this.#pool.connect();
+  /**
+   * Group commit, as on SQLite: transactions asked for while others commit wait and then go
+   * together, in one transaction and one COMMIT (a few groups at a time). Should any unit fail, the
+   * group rolls back and each unit runs again in a transaction of its own, so only the failing one
+   * fails — and each resolves only once its own work is committed.
+   */
+  transaction<T>(fn: (tx: SqlExecutor) => Promise<T>): Promise<T> {
+    return new Promise<T>((resolve, reject) => {
+      this.#waiting.push({ fn, resolve, reject } as GroupUnit);
+      this.#startGroups();
+    });
+  }
+
+  #startGroups(): void {
+    if (this.#groupScheduled) return;
+    this.#groupScheduled = true;
+    // The rest of this turn's transactions join the group.
+    setImmediate(() => {
+      this.#groupScheduled = false;
+      while (this.#waiting.length > 0 && this.#groupsInFlight < MAX_GROUPS_IN_FLIGHT) {
+        const units = this.#waiting.splice(0, MAX_GROUP_UNITS);
+        this.#groupsInFlight++;
+        void this.#commitGroup(units).finally(() => {
+          this.#groupsInFlight--;
+          if (this.#waiting.length > 0) this.#startGroups();
+        });
+      }
+    });
+  }
+
+  async #commitGroup(units: GroupUnit[]): Promise<void> {
+    if (units.length === 1) return this.#commitAlone(units[0] as GroupUnit);
+    const values: unknown[] = [];
+    let client: pg.PoolClient | undefined;
     try {
+      client = await this.#pool.connect();
+      const tx = executor(client);
       await client.query('BEGIN');
-      const result = await fn(executor(client));
+      for (const unit of units) values.push(await unit.fn(tx));
       await client.query('COMMIT');
-      return result;
+    } catch {
+      await client?.query('ROLLBACK').catch(() => undefined);
+      client?.release();
+      await Promise.all(units.map((unit) => this.#commitAlone(unit)));
+      return;
+    }
+    client.release();
+    units.forEach((unit, i) => {
+      unit.resolve(values[i]);
+    });
+  }
+
+  async #commitAlone(unit: GroupUnit): Promise<void> {
+    let client: pg.PoolClient | undefined;
+    try {
+      client = await this.#pool.connect();
+      await client.query('BEGIN');
+      const value = await unit.fn(executor(client));
+      await client.query('COMMIT');
+      unit.resolve(value);
     } catch (error) {
-      await client.query('ROLLBACK').catch(() => undefined);
-      throw error;
+      await client?.query('ROLLBACK').catch(() => undefined);
+      unit.reject(error);
     } finally {
-      client.release();
+      client?.release();
     }
   }
 

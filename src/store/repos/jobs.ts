@@ -48,35 +48,66 @@ export class JobRepository {
     private readonly dialect: Dialect,
   ) {}
 
-  /** Inserts the job, queued — or running, claimed by `job.lease`'s owner as its first attempt. */
+  /**
+   * Inserts the job, queued — or running, claimed by `job.lease`'s owner as its first attempt — and
+   * answers its row, built here rather than read back: every column is known.
+   */
   async insert(job: NewJob): Promise<JobRow> {
     const lease = job.lease;
-    return (await this.db.get<JobRow>(
+    const row: JobRow = {
+      id: job.id,
+      org_id: job.org_id,
+      key_id: job.key_id,
+      kind: job.kind,
+      mode: job.mode,
+      status: lease ? 'running' : 'queued',
+      request: job.request,
+      result: null,
+      error_code: null,
+      error_message: null,
+      error_details: null,
+      progress: null,
+      attempts: lease ? 1 : 0,
+      max_attempts: job.max_attempts,
+      lease_owner: lease?.owner ?? null,
+      lease_expires_at: lease?.until ?? null,
+      queue_deadline: job.queue_deadline,
+      run_limit_ms: job.run_limit_ms,
+      run_deadline: lease ? job.created_at + job.run_limit_ms : null,
+      created_at: job.created_at,
+      started_at: lease ? job.created_at : null,
+      finished_at: null,
+      expires_at: null,
+      webhook_url: job.webhook_url,
+      webhook_secret: job.webhook_secret,
+      meta: null,
+    };
+    await this.db.run(
       `INSERT INTO jobs (id, org_id, key_id, kind, mode, status, request, max_attempts, queue_deadline, run_limit_ms,
          created_at, webhook_url, webhook_secret, lease_owner, lease_expires_at, attempts, started_at, run_deadline)
-       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-       RETURNING *`,
+       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
       [
-        job.id,
-        job.org_id,
-        job.key_id,
-        job.kind,
-        job.mode,
-        lease ? 'running' : 'queued',
-        job.request,
-        job.max_attempts,
-        job.queue_deadline,
-        job.run_limit_ms,
-        job.created_at,
-        job.webhook_url,
-        job.webhook_secret,
-        lease?.owner ?? null,
-        lease?.until ?? null,
-        lease ? 1 : 0,
-        lease ? job.created_at : null,
-        lease ? job.created_at + job.run_limit_ms : null,
+        row.id,
+        row.org_id,
+        row.key_id,
+        row.kind,
+        row.mode,
+        row.status,
+        row.request,
+        row.max_attempts,
+        row.queue_deadline,
+        row.run_limit_ms,
+        row.created_at,
+        row.webhook_url,
+        row.webhook_secret,
+        row.lease_owner,
+        row.lease_expires_at,
+        row.attempts,
+        row.started_at,
+        row.run_deadline,
       ],
-    )) as JobRow;
+    );
+    return row;
   }
 
   /** Takes the oldest queued job of these kinds for `owner` until `leaseUntil`; undefined when none is waiting. */

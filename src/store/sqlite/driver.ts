@@ -52,6 +52,7 @@ export class SqliteDriver implements SqlDriver {
   readonly #group: GroupUnit[] = [];
   /** SQLite's store belongs to one process, so its notifications never need to leave it. */
   readonly #events = new EventEmitter().setMaxListeners(0);
+  readonly #dataVersion: Database.Statement;
 
   constructor(file: string) {
     if (file !== ':memory:') ownerOnly(file);
@@ -60,6 +61,7 @@ export class SqliteDriver implements SqlDriver {
     this.#db.pragma('busy_timeout = 5000');
     this.#db.pragma('foreign_keys = ON');
     this.#db.pragma('synchronous = NORMAL');
+    this.#dataVersion = this.#db.prepare('PRAGMA data_version').pluck();
     if (file !== ':memory:') {
       // Checkpoints happen on a thread of their own, never inside a request's COMMIT.
       this.#db.pragma('wal_autocheckpoint = 0');
@@ -125,21 +127,26 @@ export class SqliteDriver implements SqlDriver {
     const outcomes: Array<{ ok: true; value: unknown } | { ok: false; error: unknown }> = [];
     this.#inTransaction = true;
     try {
-      this.#db.exec('BEGIN IMMEDIATE');
+      this.#prepare('BEGIN IMMEDIATE').run();
       for (const unit of units) {
-        this.#db.exec('SAVEPOINT unit');
+        // One unit alone needs no savepoint: its failure rolls back the whole transaction below.
+        if (units.length === 1) {
+          outcomes.push({ ok: true, value: await unit.fn(this.#direct) });
+          continue;
+        }
+        this.#prepare('SAVEPOINT unit').run();
         try {
           outcomes.push({ ok: true, value: await unit.fn(this.#direct) });
-          this.#db.exec('RELEASE unit');
+          this.#prepare('RELEASE unit').run();
         } catch (error) {
-          this.#db.exec('ROLLBACK TO unit');
-          this.#db.exec('RELEASE unit');
+          this.#prepare('ROLLBACK TO unit').run();
+          this.#prepare('RELEASE unit').run();
           outcomes.push({ ok: false, error });
         }
       }
-      this.#db.exec('COMMIT');
+      this.#prepare('COMMIT').run();
     } catch (error) {
-      if (this.#db.inTransaction) this.#db.exec('ROLLBACK');
+      if (this.#db.inTransaction) this.#prepare('ROLLBACK').run();
       for (const unit of units) unit.reject(error);
       return;
     } finally {
@@ -150,6 +157,10 @@ export class SqliteDriver implements SqlDriver {
       if (outcome.ok) unit.resolve(outcome.value);
       else unit.reject(outcome.error);
     });
+  }
+
+  externalVersion(): number {
+    return this.#dataVersion.get() as number;
   }
 
   async exec(script: string): Promise<void> {
