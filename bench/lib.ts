@@ -1,8 +1,10 @@
-import { type ChildProcess, spawn } from 'node:child_process';
-import { readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
+import pg from 'pg';
 
 /** Latency summary of a list of millisecond samples. */
 export function summarise(samples: number[]): { n: number; median: number; p99: number; mean: number } {
@@ -58,14 +60,39 @@ export function writeSection(name: string, body: string): void {
   writeFileSync(file, text);
 }
 
-/** Child processes and scratch directories of a bench: killed and removed however it ends. */
+/** Child processes, scratch directories and PostgreSQL schemas of a bench: gone however it ends. */
 export const children = new Set<ChildProcess>();
 const scratch = new Set<string>();
+/** Schema name → the database URL it was made in. */
+const schemas = new Map<string, string>();
 
 /** A directory removed when the bench ends. */
 export function scratchDir(dir: string): string {
   scratch.add(dir);
   return dir;
+}
+
+/** A fresh schema name on `url`, dropped by dropSchema or tearDown (a Kiln on it creates it). */
+export function scratchSchema(url: string, prefix: string): string {
+  const schema = `${prefix}_${randomBytes(6).toString('hex')}`;
+  schemas.set(schema, url);
+  return schema;
+}
+
+/** Drops a scratch schema; warns instead of failing, as it runs while a bench ends. */
+export async function dropSchema(schema: string): Promise<void> {
+  const url = schemas.get(schema);
+  if (url === undefined) return;
+  schemas.delete(schema);
+  const client = new pg.Client({ connectionString: url });
+  try {
+    await client.connect();
+    await client.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
+  } catch (error) {
+    console.warn(`could not drop schema ${schema}: ${(error as Error).message}`);
+  } finally {
+    await client.end().catch(() => undefined);
+  }
 }
 
 /** Kills the children still running and removes the scratch directories (also done at exit). */
@@ -74,11 +101,18 @@ export function cleanUp(): void {
     if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
   for (const dir of scratch) rmSync(dir, { recursive: true, force: true });
 }
+
+/** cleanUp, then the scratch schemas dropped (which the synchronous exit handler cannot do). */
+export async function tearDown(): Promise<void> {
+  cleanUp();
+  for (const schema of [...schemas.keys()]) await dropSchema(schema);
+}
 process.on('exit', cleanUp);
 for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) {
-  process.on(signal, () => {
-    cleanUp();
-    process.exit(130);
+  process.once(signal, () => {
+    // At most 10 s for the schemas; a second signal ends the process at once.
+    setTimeout(() => process.exit(130), 10_000).unref();
+    void tearDown().finally(() => process.exit(130));
   });
 }
 
@@ -169,4 +203,128 @@ export function freePort(): Promise<number> {
       server.close(() => resolve(port));
     });
   });
+}
+
+const TICK_MS = (() => {
+  try {
+    return 1000 / Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).trim());
+  } catch {
+    return 10;
+  }
+})();
+
+/** CPU time (user + system) a process has used so far, in ms; undefined where /proc is not there. */
+export function cpuMs(pid: number | undefined): number | undefined {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    return (Number(fields[11]) + Number(fields[12])) * TICK_MS;
+  } catch {
+    return undefined;
+  }
+}
+
+/** A child process serving HTTP on 127.0.0.1. */
+export interface Server {
+  child: Child;
+  url: string;
+}
+
+/** The canned upstream (bench/upstream.ts, given `flags`) in a process of its own, once it answers. */
+export async function startUpstream(flags: string[] = []): Promise<Server> {
+  const port = await freePort();
+  const child = startChild(
+    'canned upstream',
+    ['--import', 'tsx', 'bench/upstream.ts', `--port=${port}`, ...flags],
+    {},
+  );
+  const url = `http://127.0.0.1:${port}`;
+  await ready(child, `${url}/health`);
+  return { child, url };
+}
+
+/** The Portkey gateway (bench/portkey.ts), in production mode without its log UI, once it answers. */
+export async function startPortkey(): Promise<Server> {
+  const port = await freePort();
+  const child = startChild(
+    'portkey gateway',
+    ['--import', 'tsx', 'bench/portkey.ts', `--port=${port}`, '--headless'],
+    { NODE_ENV: 'production' },
+  );
+  const url = `http://127.0.0.1:${port}`;
+  await ready(child, `${url}/`);
+  return { child, url };
+}
+
+/** What a request through Portkey carries to reach `upstreamUrl` as an OpenAI provider. */
+export const portkeyHeaders = (upstreamUrl: string): Record<string, string> => ({
+  authorization: 'Bearer bench',
+  'x-portkey-provider': 'openai',
+  'x-portkey-custom-host': `${upstreamUrl}/v1`,
+});
+
+export interface KilnSettings {
+  /** Its config file and data dir go here. */
+  dir: string;
+  upstreamUrl: string;
+  /** Served under the same name as the upstream knows it by. */
+  model: string;
+  workers: number;
+  maxConcurrency: number;
+  /** A PostgreSQL database: Kiln runs on a fresh schema of it, dropped when it stops. Else SQLite. */
+  postgresUrl?: string | undefined;
+  /** Diagnostic: KILN_STORE_URL for a SQLite Kiln (e.g. `sqlite::memory:`). */
+  storeUrl?: string | undefined;
+  /** Extra node options (e.g. --cpu-prof). */
+  nodeArgs?: string[];
+  logLevel: string;
+}
+
+export interface Kiln extends Server {
+  /** The admin key. */
+  key: string;
+  /** Stops the process, then drops its schema (PostgreSQL). */
+  stop(): Promise<void>;
+}
+
+/** `kiln serve` with one engine pool (`serves: unique`) on the upstream, once /readyz answers. */
+export async function startKiln(name: string, s: KilnSettings): Promise<Kiln> {
+  const port = await freePort();
+  const dataDir = path.join(s.dir, 'data');
+  mkdirSync(dataDir, { recursive: true });
+  const schema = s.postgresUrl ? scratchSchema(s.postgresUrl, 'bench') : undefined;
+  const configFile = path.join(s.dir, 'kiln.yaml');
+  writeFileSync(
+    configFile,
+    `host: 127.0.0.1
+port: ${port}
+data_dir: ${JSON.stringify(dataDir)}
+${s.postgresUrl ? `store:\n  url: ${JSON.stringify(s.postgresUrl)}\n  schema: ${schema}\n` : ''}jobs:
+  workers: ${s.workers}
+engines:
+  canned:
+    serves: unique
+    replicas: ['${s.upstreamUrl}']
+    models: { ${s.model}: ${s.model} }
+    max_concurrency: ${s.maxConcurrency}
+`,
+  );
+  const child = startChild(name, [...(s.nodeArgs ?? []), path.join(root, 'bin', 'kiln.js'), 'serve'], {
+    KILN_CONFIG: configFile,
+    KILN_LOG_LEVEL: s.logLevel,
+    ...(s.storeUrl ? { KILN_STORE_URL: s.storeUrl } : {}),
+  });
+  const url = `http://127.0.0.1:${port}`;
+  const stop = async () => {
+    await child.stop();
+    if (schema) await dropSchema(schema);
+  };
+  try {
+    await ready(child, `${url}/readyz`);
+  } catch (error) {
+    await stop();
+    throw error;
+  }
+  const key = readFileSync(path.join(dataDir, 'admin.key'), 'utf8').trim();
+  return { child, url, key, stop };
 }

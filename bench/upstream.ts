@@ -1,11 +1,18 @@
 /**
- * A canned OpenAI-compatible upstream for bench/overhead.ts: answers every chat completion at once
- * with the same small body (or, for `stream: true`, the same short SSE sequence), so what a gateway
- * in front of it adds is what gets measured. Not the simulator: no tokens, no timing model, no KV
- * cache — just node:http and precomputed strings. Run in a process of its own:
- * `node --import tsx bench/upstream.ts [--port=N]`; prints `{"url": …}` on stdout once it listens.
+ * A canned OpenAI-compatible upstream for the benches: answers every chat completion with the same
+ * small body (or, for `stream: true`, the same short SSE sequence) written at once, so what a gateway
+ * in front of it adds is what gets measured. Not the simulator: no timing model, no KV cache — just
+ * node:http and precomputed strings. Run in a process of its own:
+ * `node --import tsx bench/upstream.ts [--port=N] [--chunks=C --gap-ms=G]`; prints `{"url": …}` on
+ * stdout once it listens.
+ *
+ * Trickle mode (`--chunks=C`, for bench/streams.ts): a stream is instead C content chunks (the first
+ * also carrying the role; their text from bench/streams/pieces.ts), the first written at once and
+ * each next G ms (default 20) after the one before, on a timer of its own, then the finish chunk, the
+ * usage chunk when asked for and `data: [DONE]`. Non-stream answers stay the canned completion.
  */
 import http from 'node:http';
+import { tricklePiece } from './streams/pieces.js';
 
 const MODEL = 'bench-model';
 const CREATED = 1_790_000_000;
@@ -39,14 +46,45 @@ const chunk = (delta: Record<string, unknown>, finish: string | null, usage?: ty
     ...(usage ? { usage } : {}),
   })}\n\n`;
 
+const finishEvent = chunk({}, 'stop');
 /** Role, one event per piece, finish; the usage event only when asked for; then [DONE]. */
 const streamEvents = [
   chunk({ role: 'assistant', content: '' }, null),
   ...PIECES.map((content) => chunk({ content }, null)),
-  chunk({}, 'stop'),
+  finishEvent,
 ];
 const usageEvent = chunk({}, null, USAGE);
 const DONE = 'data: [DONE]\n\n';
+
+const flag = (name: string) =>
+  process.argv.find((a) => a.startsWith(`--${name}=`))?.slice(`--${name}=`.length);
+/** Trickle mode: content chunks per stream (0: the canned stream, all at once) and the ms between them. */
+const CHUNKS = Number(flag('chunks') ?? 0);
+const GAP_MS = Number(flag('gap-ms') ?? 20);
+const trickleEvents = Array.from({ length: CHUNKS }, (_, i) =>
+  chunk(i === 0 ? { role: 'assistant', content: tricklePiece(i) } : { content: tricklePiece(i) }, null),
+);
+const trickleUsageEvent = chunk({}, null, {
+  prompt_tokens: USAGE.prompt_tokens,
+  completion_tokens: CHUNKS,
+  total_tokens: USAGE.prompt_tokens + CHUNKS,
+});
+
+/** Trickle mode: one content chunk now and one every GAP_MS, then the end of the stream. */
+function trickle(res: http.ServerResponse, includeUsage: boolean): void {
+  let next = 0;
+  const tick = () => {
+    res.write(trickleEvents[next++] as string);
+    if (next < CHUNKS) return;
+    clearInterval(timer);
+    res.write(finishEvent);
+    if (includeUsage) res.write(trickleUsageEvent);
+    res.end(DONE);
+  };
+  const timer = setInterval(tick, GAP_MS);
+  res.once('close', () => clearInterval(timer));
+  tick();
+}
 
 const models = JSON.stringify({
   object: 'list',
@@ -75,6 +113,7 @@ const server = http.createServer((req, res) => {
     }
     if (body.stream !== true) return send(res, 200, completion);
     res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' });
+    if (CHUNKS > 0) return trickle(res, body.stream_options?.include_usage === true);
     // One write per event, as an engine sends them; all at once, as nothing is generated.
     for (const event of streamEvents) res.write(event);
     if (body.stream_options?.include_usage === true) res.write(usageEvent);
@@ -83,8 +122,7 @@ const server = http.createServer((req, res) => {
 });
 server.keepAliveTimeout = 60_000;
 
-const portArg = process.argv.find((a) => a.startsWith('--port='));
-server.listen(portArg ? Number(portArg.slice('--port='.length)) : 0, '127.0.0.1', () => {
+server.listen(Number(flag('port') ?? 0), '127.0.0.1', () => {
   const address = server.address();
   const port = typeof address === 'object' && address ? address.port : 0;
   process.stdout.write(`${JSON.stringify({ url: `http://127.0.0.1:${port}` })}\n`);

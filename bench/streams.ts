@@ -1,0 +1,391 @@
+/**
+ * Streaming relays in the production shape: many concurrent streams whose tokens trickle in one by
+ * one, sent straight to a canned upstream (bench/upstream.ts in trickle mode), through Kiln on SQLite,
+ * through Kiln on PostgreSQL and through the Portkey gateway. Reports time to the first content chunk,
+ * the gap between content chunks (and what each gateway adds to both over the direct call), the
+ * target's CPU per relayed chunk, failures, and how many concurrent streams each Kiln relays before
+ * its gaps stretch. Run with `npm run bench:streams` (which builds dist/ first); writes the `streams`
+ * section of docs/benchmarks.md, ending with bench/streams-notes.md verbatim.
+ *
+ * Environment: BENCH_STREAMS_N (256 concurrent streams), BENCH_STREAMS_CHUNKS (100 content chunks per
+ * stream), BENCH_STREAMS_GAP_MS (20 ms between them), BENCH_STREAMS_WARMUP (8 streams per target
+ * first), BENCH_STREAMS_POSTGRES_URL (postgres://postgres@127.0.0.1:5432/test; a fresh schema, dropped
+ * after), BENCH_STREAMS_RAMP=0 (skips the capacity ramp: 64, 128, … 1024 concurrent streams, then
+ * steps of 512), BENCH_STREAMS_MAX (4096: the ramp's last level), BENCH_STREAMS_WRITE=0 (print only), BENCH_STREAMS_PROFILE_DIR (diagnostic: the Kiln
+ * targets run under --cpu-prof and write their profiles there; no section is written).
+ *
+ * Every target is a process of its own on 127.0.0.1 with an upstream process of its own, measured one
+ * after the other. The ramp needs file descriptors (a Kiln holds two sockets per stream: levels that
+ * the open-files limit cannot hold are left out, and said so) and ephemeral ports (a level opens as
+ * many connections as streams; loopback reuses TIME_WAIT ports when net.ipv4.tcp_tw_reuse is on).
+ */
+import { existsSync, mkdtempSync, readFileSync } from 'node:fs';
+import { loadavg, tmpdir } from 'node:os';
+import path from 'node:path';
+import {
+  type Kiln,
+  machine,
+  portkeyHeaders,
+  type Server,
+  scratchDir,
+  startKiln,
+  startPortkey,
+  startUpstream,
+  tearDown,
+  writeSection,
+} from './lib.js';
+import {
+  errorCount,
+  type RunResult,
+  runStreams,
+  type StreamTarget,
+  type Workload,
+} from './streams/client.js';
+
+const env = process.env;
+const N = Number(env.BENCH_STREAMS_N ?? 256);
+const CHUNKS = Number(env.BENCH_STREAMS_CHUNKS ?? 100);
+const GAP_MS = Number(env.BENCH_STREAMS_GAP_MS ?? 20);
+const WARMUP = Number(env.BENCH_STREAMS_WARMUP ?? 8);
+const POSTGRES_URL = env.BENCH_STREAMS_POSTGRES_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
+const RAMP = env.BENCH_STREAMS_RAMP !== '0';
+const MAX = Number(env.BENCH_STREAMS_MAX ?? 4096);
+const WRITE = env.BENCH_STREAMS_WRITE !== '0';
+const PROFILE_DIR = env.BENCH_STREAMS_PROFILE_DIR ?? '';
+
+const MODEL = 'bench-model';
+const KILN_LOG_LEVEL = 'warn';
+/** jobs.workers' maximum (src/config/schema.ts): a stream is a job, so streams past it wait for a worker. */
+const KILN_WORKERS = 1024;
+const KILN_MAX_CONCURRENCY = 4096;
+/** Capacity: the largest level whose inter-chunk gap p99 exceeds direct's by at most this, without errors. */
+const CAPACITY_GAP_MS = 10;
+/** A ramp level measures a gateway only while direct keeps the pace there: its median gap within this of G. */
+const PACE_SLACK = 1.25;
+/** File descriptors a process needs beyond its sockets (files, PostgreSQL, pipes). */
+const SPARE_FDS = 256;
+
+const workload: Workload = { model: MODEL, chunks: CHUNKS };
+
+type Kind = 'direct' | 'sqlite' | 'postgres' | 'portkey';
+const NAMES: Record<Kind, string> = {
+  direct: 'direct',
+  sqlite: 'Kiln (SQLite)',
+  postgres: 'Kiln (PostgreSQL)',
+  portkey: 'Portkey',
+};
+
+/** The soft limit on open files, which the children inherit; Infinity when unknown. */
+function openFilesLimit(): number {
+  try {
+    const line = readFileSync('/proc/self/limits', 'utf8')
+      .split('\n')
+      .find((l) => l.startsWith('Max open files'));
+    const soft = line?.split(/\s{2,}/)[1];
+    return soft === undefined || soft === 'unlimited' ? Number.POSITIVE_INFINITY : Number(soft);
+  } catch {
+    return Number.POSITIVE_INFINITY;
+  }
+}
+
+/** 64, doubling to 1024, then steps of 512 up to `max` (and `max` itself). */
+function rampLevels(max: number): number[] {
+  const levels: number[] = [];
+  for (let n = 64; n <= max; n = n < 1024 ? n * 2 : n + 512) levels.push(n);
+  if (levels.at(-1) !== max && max > 0) levels.push(max);
+  return levels;
+}
+
+/** A target up and reachable: what the client needs, and how to stop its processes. */
+interface Running {
+  target: StreamTarget;
+  stop(): Promise<void>;
+}
+
+async function start(kind: Kind, upstream: Server, work: string): Promise<Running> {
+  const json = { 'content-type': 'application/json' };
+  if (kind === 'direct') {
+    return {
+      target: {
+        name: NAMES[kind],
+        origin: upstream.url,
+        headers: { ...json, authorization: 'Bearer bench' },
+        probePath: '/health',
+        pid: upstream.child.process.pid,
+      },
+      stop: async () => undefined,
+    };
+  }
+  if (kind === 'portkey') {
+    const portkey = await startPortkey();
+    return {
+      target: {
+        name: NAMES[kind],
+        origin: portkey.url,
+        headers: { ...json, ...portkeyHeaders(upstream.url) },
+        probePath: '/',
+        pid: portkey.child.process.pid,
+      },
+      stop: () => portkey.child.stop(),
+    };
+  }
+  const kiln: Kiln = await startKiln(`kiln serve (${kind})`, {
+    dir: scratchDir(path.join(work, kind)),
+    upstreamUrl: upstream.url,
+    model: MODEL,
+    workers: KILN_WORKERS,
+    maxConcurrency: KILN_MAX_CONCURRENCY,
+    postgresUrl: kind === 'postgres' ? POSTGRES_URL : undefined,
+    nodeArgs: PROFILE_DIR ? ['--cpu-prof', `--cpu-prof-dir=${path.resolve(PROFILE_DIR)}`] : [],
+    logLevel: KILN_LOG_LEVEL,
+  });
+  return {
+    target: {
+      name: NAMES[kind],
+      origin: kiln.url,
+      headers: { ...json, authorization: `Bearer ${kiln.key}` },
+      probePath: '/healthz',
+      pid: kiln.child.process.pid,
+    },
+    stop: () => kiln.stop(),
+  };
+}
+
+const ms = (x: number) => x.toFixed(1);
+const signed = (x: number) => `${x >= 0 ? '+' : ''}${x.toFixed(1)}`;
+const us = (r: RunResult) => (r.cpuPerChunkUs === undefined ? 'n/a' : r.cpuPerChunkUs.toFixed(1));
+
+function report(r: RunResult): void {
+  console.log(
+    `${r.target.padEnd(17)} n=${String(r.streams).padEnd(4)}  TTFT p50 ${ms(r.ttftP50)} p99 ${ms(r.ttftP99)} ms  gap p50 ${ms(r.gapP50)} p99 ${ms(r.gapP99)} ms  CPU ${us(r)} µs/chunk (${r.chunks} chunks; client ${r.clientPerChunkUs.toFixed(1)})  errors ${errorCount(r)}  ${r.seconds.toFixed(1)} s`,
+  );
+  for (const [message, count] of r.errors) console.log(`  ${count} × ${message}`);
+}
+
+async function warmUp(target: StreamTarget, run: string): Promise<void> {
+  if (WARMUP <= 0) return;
+  const warm = await runStreams(target, WARMUP, workload, `${run}-warm`);
+  if (errorCount(warm) === warm.streams)
+    throw new Error(`${target.name}: every warm-up stream failed: ${[...warm.errors.keys()][0]}`);
+}
+
+/** What a target measured: the run at N and, for direct and the Kilns, the ramp's levels. */
+interface Measured {
+  kind: Kind;
+  main: RunResult;
+  ramp: RunResult[];
+}
+
+/** Whether the client and upstream alone keep the pace at a level (else this machine is the limit). */
+const keepsPace = (direct: RunResult) => errorCount(direct) === 0 && direct.gapP50 <= PACE_SLACK * GAP_MS;
+
+/** Whether a Kiln holds a ramp level: no errors, and a gap p99 within CAPACITY_GAP_MS of direct's. */
+const holds = (r: RunResult, direct: RunResult) =>
+  errorCount(r) === 0 && r.gapP99 - direct.gapP99 <= CAPACITY_GAP_MS;
+
+/**
+ * One target from start to stop, with an upstream of its own: warm-up, N streams, then the ramp —
+ * direct until it no longer keeps the pace, a Kiln over the levels where direct did, until one does
+ * not hold against direct's at the same level.
+ */
+async function measure(
+  kind: Kind,
+  levels: number[],
+  direct: Measured | undefined,
+  work: string,
+): Promise<Measured> {
+  const run = `${Date.now().toString(36)}-${kind}`;
+  const upstream = await startUpstream([`--chunks=${CHUNKS}`, `--gap-ms=${GAP_MS}`]);
+  let running: Running | undefined;
+  try {
+    running = await start(kind, upstream, work);
+    await warmUp(running.target, run);
+    const main = await runStreams(running.target, N, workload, run);
+    report(main);
+    const ramp: RunResult[] = [];
+    if (kind !== 'portkey') {
+      for (const [i, level] of levels.entries()) {
+        const paced = direct?.ramp[i];
+        if (direct && !(paced && keepsPace(paced))) break;
+        const r = await runStreams(running.target, level, workload, `${run}-ramp-${level}`);
+        report(r);
+        ramp.push(r);
+        if (paced ? !holds(r, paced) : !keepsPace(r)) break;
+      }
+    }
+    return { kind, main, ramp };
+  } finally {
+    await running?.stop();
+    await upstream.child.stop();
+  }
+}
+
+/** A Kiln's capacity line: its ramp stopped at the first level it did not hold, or where direct lost pace. */
+function capacity(m: Measured, direct: Measured, levels: number[], leftOut: number[]): string {
+  const directAt = (i: number) => direct.ramp[i] as RunResult;
+  const held = m.ramp.filter((r, i) => holds(r, directAt(i)));
+  const largest = held.at(-1)?.streams;
+  const lostPace = direct.ramp.find((d) => !keepsPace(d))?.streams;
+  let verdict: string;
+  if (m.ramp.length === 0) verdict = `not measured: direct itself does not keep the pace at ${levels[0]}`;
+  else if (largest === undefined)
+    verdict = `fewer than ${levels[0]} concurrent streams (the first level already misses)`;
+  else if (held.length < m.ramp.length) verdict = `**${largest} concurrent streams**`;
+  else if (lostPace !== undefined)
+    verdict = `**at least ${largest} concurrent streams**; at ${lostPace} direct itself no longer keeps the pace here`;
+  else verdict = `**at least ${largest} concurrent streams** (every level held)`;
+  const past =
+    (largest ?? 0) > KILN_WORKERS
+      ? `; past ${KILN_WORKERS} streams wait for a job worker, as TTFT shows`
+      : '';
+  const cut = leftOut.length > 0 ? `; levels ${leftOut.join(', ')} left out: open-files limit` : '';
+  const steps = m.ramp.map((r, i) => {
+    const d = directAt(i);
+    return `${r.streams}: gap p99 ${ms(r.gapP99)} ms (${signed(r.gapP99 - d.gapP99)}), TTFT p99 ${ms(r.ttftP99)} ms (${signed(r.ttftP99 - d.ttftP99)}), ${errorCount(r)} errors`;
+  });
+  return `- ${NAMES[m.kind]}: ${verdict}${past}${cut}. Per level (added over direct at the same level): ${steps.join('; ')}.`;
+}
+
+function commandLine(): string {
+  const set = Object.keys(env)
+    .filter((k) => k.startsWith('BENCH_STREAMS_'))
+    .sort()
+    .map((k) => `${k}=${env[k]}`);
+  return [...set, 'npm run bench:streams'].join(' ');
+}
+
+function section(results: Measured[], levels: number[], leftOut: number[], startLoad: string): string {
+  const of = (kind: Kind) => results.find((m) => m.kind === kind) as Measured;
+  const direct = of('direct');
+  const d = direct.main;
+  const rows = results.map(({ kind, main: r }) => {
+    const times =
+      d.cpuPerChunkUs !== undefined && r.cpuPerChunkUs !== undefined
+        ? `${(r.cpuPerChunkUs / d.cpuPerChunkUs).toFixed(1)} ×`
+        : 'n/a';
+    const upstreamRatio = kind === 'direct' ? '1 ×' : times;
+    const ttftAdded = kind === 'direct' ? '—' : signed(r.ttftP99 - d.ttftP99);
+    const gapAdded = kind === 'direct' ? '—' : signed(r.gapP99 - d.gapP99);
+    return `| ${r.target} | ${us(r)} | ${upstreamRatio} | ${ms(r.ttftP50)} | ${ms(r.ttftP99)} | ${ttftAdded} | ${ms(r.gapP50)} | ${ms(r.gapP99)} | ${gapAdded} | ${errorCount(r)} |`;
+  });
+
+  const kilns = [of('sqlite'), of('postgres')].map((m) => m.main);
+  const portkey = of('portkey').main;
+  const mark = (ok: boolean) => (ok ? 'met' : '**NOT met**');
+  const each = (figure: (r: RunResult) => string, ok: (r: RunResult) => boolean) =>
+    kilns.map((r) => `${r.target} ${figure(r)} (${mark(ok(r))})`).join(', ');
+  const cpuOf = (r: RunResult) => r.cpuPerChunkUs ?? Number.NaN;
+  const verdicts = [
+    `- CPU per relayed chunk ≤ 35 µs: ${each(
+      (r) => `${us(r)} µs`,
+      (r) => cpuOf(r) <= 35,
+    )}.`,
+    `- CPU per relayed chunk ≤ 0.35 × Portkey's ${us(portkey)} µs: ${each(
+      (r) => `${(cpuOf(r) / cpuOf(portkey)).toFixed(2)} ×`,
+      (r) => cpuOf(r) / cpuOf(portkey) <= 0.35,
+    )}.`,
+    `- TTFT added at p99 ≤ 100 ms: ${each(
+      (r) => `${signed(r.ttftP99 - d.ttftP99)} ms`,
+      (r) => r.ttftP99 - d.ttftP99 <= 100,
+    )}.`,
+    `- Inter-chunk gap added at p99 ≤ 5 ms: ${each(
+      (r) => `${signed(r.gapP99 - d.gapP99)} ms`,
+      (r) => r.gapP99 - d.gapP99 <= 5,
+    )}.`,
+  ];
+  const capacities =
+    levels.length > 0
+      ? `### Capacity
+
+Concurrent streams ramped ${levels.join(', ')} on the same processes after the run above, direct first at
+each level while it keeps the pace (no errors, median gap ≤ ${PACE_SLACK} × ${GAP_MS} ms: past that, this client and
+the upstream alone saturate the machine's CPUs and the level says nothing of a gateway): direct at
+${direct.ramp.map((d) => `${d.streams} gap p50 ${ms(d.gapP50)} p99 ${ms(d.gapP99)} ms`).join(', ')}. A Kiln's capacity is the
+largest level before the first whose inter-chunk gap p99 exceeds direct's at that level by more than ${CAPACITY_GAP_MS} ms
+or that has any error (its ramp stops there).
+
+${[of('sqlite'), of('postgres')].map((m) => capacity(m, direct, levels, leftOut)).join('\n')}
+
+`
+      : '';
+  const notesFile = path.join(import.meta.dirname, 'streams-notes.md');
+  const notes = existsSync(notesFile) ? `\n\n${readFileSync(notesFile, 'utf8').trim()}` : '';
+
+  return `## Streaming relays: many concurrent streams, tokens trickling in
+
+${new Date().toISOString().slice(0, 10)} · ${machine()} · \`${commandLine()}\`
+
+${N} streams started together, each a \`POST /v1/chat/completions\` with \`stream: true\` and
+\`stream_options.include_usage\` and a unique prompt, sent straight to a canned upstream, through Kiln
+on SQLite, through Kiln on PostgreSQL and through the Portkey gateway (\`@portkey-ai/gateway\` 1.15.2).
+Each target runs in turn, as a process of its own with an upstream process of its own, on this machine
+over loopback, sharing its CPUs with this client:
+
+- the upstream, \`bench/upstream.ts --chunks=${CHUNKS} --gap-ms=${GAP_MS}\`: node:http answering each stream with
+  ${CHUNKS} content chunks, one at once and then one every ${GAP_MS} ms on a timer per stream (one write per event,
+  precomputed strings), then the finish chunk, the usage chunk and \`data: [DONE]\`;
+- \`kiln serve\` ×2: a fresh SQLite data dir, or a fresh schema on PostgreSQL (\`${POSTGRES_URL}\`, \`store.pool_size\`
+  at its default, dropped after); one engine pool (\`serves: unique\`) on the upstream with
+  \`max_concurrency: ${KILN_MAX_CONCURRENCY}\`, \`jobs.workers: ${KILN_WORKERS}\` (the most it takes) and \`KILN_LOG_LEVEL=${KILN_LOG_LEVEL}\`; the admin key;
+- Portkey: its Node server with \`NODE_ENV=production --headless\`, started by \`bench/portkey.ts\` as in the
+  overhead section (Portkey's stream relay sleeps 25 ms before its first event by design);
+- the client (this script): an undici pool with one keep-alive connection per stream, all opened before
+  the run; each read is timestamped as it arrives (the events it completes share that time) and
+  parsed once the run is over.
+
+${WARMUP} warm-up streams per target first. TTFT = from sending the request to the first chunk carrying content;
+gap = between consecutive content chunks of a stream, over every stream; added = the target's figure
+minus direct's at the same percentile. CPU µs/chunk = CPU time of the target's process (the upstream's
+for direct: the physical limit) over the run, from /proc, divided by the data events the client received
+other than \`[DONE]\`; × upstream = that over direct's. Every stream is checked — status 200, the expected
+content, a usage chunk, \`data: [DONE]\` last — and a failure counts as an error. Load average when the
+run began: ${startLoad}.
+
+| target | CPU µs/chunk | × upstream | TTFT p50 ms | TTFT p99 ms | TTFT p99 added ms | gap p50 ms | gap p99 ms | gap p99 added ms | errors |
+|---|---|---|---|---|---|---|---|---|---|
+${rows.join('\n')}
+
+${capacities}Against the targets, at ${N} streams:
+
+${verdicts.join('\n')}${notes}`;
+}
+
+async function main(): Promise<void> {
+  const startLoad = loadavg()
+    .map((l) => l.toFixed(2))
+    .join(', ');
+  console.log(`${machine()}; load average ${startLoad}`);
+  const work = scratchDir(mkdtempSync(path.join(tmpdir(), 'kiln-streams-')));
+  const files = openFilesLimit();
+  const all = RAMP ? rampLevels(MAX) : [];
+  const levels = all.filter((n) => 2 * n + SPARE_FDS <= files);
+  const leftOut = all.filter((n) => !levels.includes(n));
+  if (leftOut.length > 0)
+    console.log(`open-files limit ${files}: ramp levels ${leftOut.join(', ')} left out (ulimit -n)`);
+
+  const results: Measured[] = [];
+  for (const kind of ['direct', 'sqlite', 'postgres', 'portkey'] as const) {
+    const direct = results.find((m) => m.kind === 'direct');
+    results.push(await measure(kind, levels, direct, work));
+  }
+  if (PROFILE_DIR) {
+    console.log(`\nKiln CPU profiles in ${PROFILE_DIR} (no section written while profiling)`);
+    return;
+  }
+  const body = section(results, levels, leftOut, startLoad);
+  if (!WRITE) {
+    console.log(`\n${body}`);
+    return;
+  }
+  writeSection('streams', body);
+  console.log('\nwrote the streams section of docs/benchmarks.md');
+}
+
+try {
+  await main();
+} catch (error) {
+  console.error(error);
+  process.exitCode = 1;
+} finally {
+  await tearDown();
+}
