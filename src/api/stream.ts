@@ -7,6 +7,9 @@ import { isTerminal, type JobService } from '../jobs/service.js';
 import type { JobRow } from '../store/types.js';
 import { jobError } from './submit.js';
 
+/** How long a stream whose job the store shows ended still waits for that job's last events. */
+const LOST_DONE_GRACE_MS = 2000;
+
 export interface StreamOptions {
   kind: JobKind;
   request: unknown;
@@ -30,6 +33,7 @@ export async function streamJob(
   let deliver: (event: JobEvent) => void = (event) => pending.push(event);
   const off = jobs.events.on(id, (event) => deliver(event));
   let finished = false;
+  let recheck: NodeJS.Timeout | undefined;
   try {
     const { job: submitted } = await jobs.submit({
       id,
@@ -39,6 +43,19 @@ export async function streamJob(
       keyId: request.auth.id,
       request: options.request,
     });
+    // A done event lost between processes still ends the stream: the store is read now and then.
+    // The job's last chunks and its done event travel together after its end is committed, so a
+    // stream that finds its job over in the store waits a little longer for them first.
+    recheck = setInterval(() => {
+      void jobs.store.jobs.byId(id).then(
+        (job) => {
+          if (!job || !isTerminal(job.status)) return;
+          clearInterval(recheck);
+          recheck = setTimeout(() => deliver({ t: 'done', id, job }), LOST_DONE_GRACE_MS);
+        },
+        () => undefined,
+      );
+    }, jobs.rereadMs(submitted));
     // A client that goes away at any moment — before the first token too — cancels the job, and
     // with it the engine's generation.
     reply.raw.once('close', () => {
@@ -77,9 +94,12 @@ export async function streamJob(
 
     const out = new EventWriter(raw);
     await new Promise<void>((resolve) => {
+      let ending = false;
       const write = (event: JobEvent) => {
+        if (ending) return;
         if (event.t === 'part') out.event(event.data);
         if (event.t !== 'done') return;
+        ending = true;
         void (event.job ? Promise.resolve(event.job) : jobs.store.jobs.byId(id)).then((job) => {
           finished = true;
           if (job?.status === 'completed') out.event('[DONE]');
@@ -90,13 +110,10 @@ export async function streamJob(
       };
       deliver = write;
       for (const event of pending.splice(0)) write(event);
-      // A done event lost between processes still ends the stream.
-      void jobs.waitForTerminal(id, 24 * 60 * 60 * 1000, undefined, submitted).then((job) => {
-        if (!finished && isTerminal(job.status)) write({ t: 'done', id });
-      });
       raw.on('close', () => resolve());
     });
   } finally {
+    clearTimeout(recheck);
     off();
   }
 }

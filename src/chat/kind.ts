@@ -80,6 +80,9 @@ export class ChunkRenamer {
   }
 
   text(chunk: ChatChunk, text: string): string {
+    // An event's data spread over several lines (valid SSE) has line breaks in its JSON: those must
+    // not reach the caller's `data:` line.
+    if (text.includes('\n') || text.includes('\r')) return this.serialise(chunk);
     let out = text;
     for (const field of this.#fields) {
       // An engine sends the same values in every chunk of a stream: the pattern is made once.
@@ -88,9 +91,11 @@ export class ChunkRenamer {
         field.pattern = `"${field.key}":${JSON.stringify(field.old)}`;
       }
       const at = out.indexOf(field.pattern);
-      // The field's whole value, followed by `,` or `}`: anything else is not where it seemed.
+      // The field's whole value, followed by `,` or `}`, and nowhere else (a nested field with the
+      // same value could come first): anything else is not certainly the chunk's own field.
       const after = at === -1 ? -1 : out.charCodeAt(at + field.pattern.length);
-      if (after !== 0x2c && after !== 0x7d) return this.serialise(chunk);
+      if ((after !== 0x2c && after !== 0x7d) || out.includes(field.pattern, at + 1))
+        return this.serialise(chunk);
       out = `${out.slice(0, at + field.key.length + 3)}${field.value}${out.slice(at + field.pattern.length)}`;
     }
     return out;

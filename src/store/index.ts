@@ -48,11 +48,15 @@ export class Store extends Repositories {
   /** Live API keys by hash, emptied the moment a key is revoked (see KeyCache). */
   readonly liveKeys: KeyCache;
 
+  readonly #onRevoke: () => Promise<void>;
+
   constructor(readonly driver: SqlDriver) {
-    super(driver, driver.dialect, async () => {
+    const onRevoke = async () => {
       this.liveKeys.clear();
       await driver.notify('kiln_keys', '');
-    });
+    };
+    super(driver, driver.dialect, onRevoke);
+    this.#onRevoke = onRevoke;
     this.liveKeys = new KeyCache(driver, (hash) => this.keys.findActiveByHash(hash));
   }
 
@@ -62,7 +66,7 @@ export class Store extends Repositories {
 
   /** Runs `fn` with repositories bound to one transaction: all of it commits, or none. */
   transaction<T>(fn: (tx: Repositories) => Promise<T>): Promise<T> {
-    return this.driver.transaction((tx) => fn(new Repositories(tx, this.driver.dialect)));
+    return this.driver.transaction((tx) => fn(new Repositories(tx, this.driver.dialect, this.#onRevoke)));
   }
 
   migrate(): Promise<number> {
