@@ -220,12 +220,17 @@ export class JobService {
    * The one way a job becomes terminal. `guard` decides who may (the lease holder, a cancel, the
    * sweeper); the usage row and the webhook delivery commit with the transition or not at all.
    */
-  async finish(id: string, guard: FinishGuard, outcome: JobOutcome): Promise<JobRow | undefined> {
+  async finish(
+    id: string,
+    guard: FinishGuard,
+    outcome: JobOutcome,
+    /** Everyone waiting on the job is in this process (a sync or stream job run where it was submitted). */
+    waitersHere = false,
+  ): Promise<JobRow | undefined> {
     const now = Date.now();
     const job = await this.store.transaction(async (tx) => {
       const row = await tx.jobs.finish(id, guard, outcome, now, this.settings.retentionMs);
       if (!row) return undefined;
-      await tx.usage.record(row, outcome.usage);
       if (row.webhook_url) {
         await tx.webhooks.enqueue({
           jobId: row.id,
@@ -239,17 +244,26 @@ export class JobService {
       return row;
     });
     if (job) {
-      this.events.publish({ t: 'done', id, job });
+      if (waitersHere) this.events.publishLocal({ t: 'done', id, job });
+      else this.events.publish({ t: 'done', id, job });
       if (job.webhook_url) await this.store.driver.notify('kiln_webhooks', id);
     }
     return job;
   }
 
   /**
+   * How often a waiter re-reads a job in case a notification was lost: every second while another
+   * process may finish it, rarely when it runs in this process (its end is an event here, which
+   * cannot be lost) or when no other process shares the store.
+   */
+  rereadMs(job: JobRow | undefined): number {
+    const runsHere = job?.lease_owner != null && job.lease_owner === this.#localWorker?.owner;
+    return this.store.driver.dialect.sharedAcrossProcesses && !runsHere ? 1000 : 10_000;
+  }
+
+  /**
    * Waits until the job is terminal or `timeoutMs` passes; answers the row either way. Listens before
-   * it looks, so a finish in between is never missed, and re-reads now and then in case a
-   * notification was lost: every second while another process may finish the job, rarely when it
-   * runs here, where its end is an event in this process.
+   * it looks, so a finish in between is never missed, and re-reads now and then (`rereadMs`).
    */
   async waitForTerminal(
     id: string,
@@ -259,8 +273,7 @@ export class JobService {
     known?: JobRow,
   ): Promise<JobRow> {
     const deadline = Date.now() + timeoutMs;
-    const runsHere = known?.lease_owner != null && known.lease_owner === this.#localWorker?.owner;
-    const rereadMs = this.store.driver.dialect.sharedAcrossProcesses && !runsHere ? 1000 : 10_000;
+    const rereadMs = this.rereadMs(known);
     let wake: () => void = () => undefined;
     let finished: JobRow | undefined;
     const off = this.events.on(id, (event) => {

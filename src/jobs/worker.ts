@@ -196,6 +196,9 @@ export class Worker {
       Math.max(0, (job.run_deadline ?? Date.now()) - Date.now()),
     );
     const recorded: Record<string, unknown> = {};
+    // A stream's output and route go only where its request waits: this process, if it submitted the job.
+    const events = this.jobs.events;
+    const tell = localRequest !== undefined ? events.publishLocal.bind(events) : events.publish.bind(events);
     const context: RunContext<unknown> = {
       publicId: `${kind.idPrefix}${job.id}`,
       id: job.id,
@@ -208,17 +211,11 @@ export class Worker {
         await this.jobs.store.jobs.setProgress(job.id, this.owner, job.attempts, progress);
         this.jobs.events.publish({ t: 'progress', id: job.id, progress });
       },
-      // A stream's output goes only where its request waits: this process, if it submitted the job.
-      publish:
-        localRequest !== undefined
-          ? (data) => this.jobs.events.publishLocal({ t: 'part', id: job.id, data })
-          : (data) => this.jobs.events.publish({ t: 'part', id: job.id, data }),
+      publish: (data) => tell({ t: 'part', id: job.id, data }),
       record: async (meta) => {
-        // Waiting requests hear it now (a stream's headers carry the route), where they wait; the
-        // store gets it with the outcome.
+        // Waiting requests hear it now (a stream's headers carry the route); the store gets it with the outcome.
         Object.assign(recorded, meta);
-        if (localRequest !== undefined) this.jobs.events.publishLocal({ t: 'meta', id: job.id, meta });
-        else this.jobs.events.publish({ t: 'meta', id: job.id, meta });
+        tell({ t: 'meta', id: job.id, meta });
       },
     };
     // Decide the outcome first and record it once, so a store error while recording is never
@@ -262,6 +259,7 @@ export class Worker {
       job.id,
       guard,
       Object.keys(recorded).length > 0 ? { ...outcome, meta: recorded } : outcome,
+      localRequest !== undefined,
     );
     if (outcome.status === 'completed') log.debug('job completed');
     else log.info({ status: outcome.status, code: outcome.error?.code }, 'job did not complete');

@@ -19,6 +19,17 @@ const GUARDS: Record<FinishGuard['by'], string> = {
 const guardValues = (guard: FinishGuard): unknown[] =>
   guard.by === 'worker' ? [guard.owner, guard.attempt] : [guard.by === 'cancel' ? guard.orgId : guard.now];
 
+/**
+ * A terminal job's usage-ledger row, from the job's own columns: how long it ran, and the units its
+ * outcome reports (the two parameters). The primary key makes a second row impossible.
+ */
+const LEDGER_INSERT =
+  'INSERT INTO usage_ledger (job_id, org_id, kind, status, run_ms, input_units, output_units, created_at)';
+const LEDGER_VALUES = `id, org_id, kind, status,
+  CASE WHEN started_at IS NULL OR finished_at IS NULL THEN 0 ELSE finished_at - started_at END,
+  CAST(? AS BIGINT), CAST(? AS BIGINT), finished_at`;
+const LEDGER_CONFLICT = 'ON CONFLICT (job_id) DO NOTHING';
+
 const json = (value: unknown) => (value === undefined ? null : JSON.stringify(value));
 const placeholders = (n: number) => Array.from({ length: n }, () => '?').join(', ');
 
@@ -165,7 +176,11 @@ export class JobRepository {
     );
   }
 
-  /** Makes the job terminal if `guard` still holds; answers the terminal row, or undefined if another party won. */
+  /**
+   * Makes the job terminal if `guard` still holds, and writes its one usage-ledger row with it;
+   * answers the terminal row, or undefined if another party won. PostgreSQL does both in one
+   * statement (one round trip); SQLite, whose statements cost no round trip, in two.
+   */
   async finish(
     id: string,
     guard: FinishGuard,
@@ -173,26 +188,39 @@ export class JobRepository {
     now: number,
     retentionMs: number,
   ): Promise<JobRow | undefined> {
-    return this.db.get<JobRow>(
-      `UPDATE jobs SET status = ?, result = ?, error_code = ?, error_message = ?, error_details = ?,
+    const update = `UPDATE jobs SET status = ?, result = ?, error_code = ?, error_message = ?, error_details = ?,
          finished_at = ?, expires_at = ?, lease_owner = NULL, lease_expires_at = NULL, meta = COALESCE(?, meta),
          progress = CASE WHEN ? = 'completed' THEN 1 ELSE progress END
        WHERE id = ? AND ${GUARDS[guard.by]}
-       RETURNING *`,
-      [
-        outcome.status,
-        json(outcome.result),
-        outcome.error?.code ?? null,
-        outcome.error?.message ?? null,
-        json(outcome.error?.details),
-        now,
-        now + retentionMs,
-        json(outcome.meta),
-        outcome.status,
-        id,
-        ...guardValues(guard),
-      ],
-    );
+       RETURNING *`;
+    const params = [
+      outcome.status,
+      json(outcome.result),
+      outcome.error?.code ?? null,
+      outcome.error?.message ?? null,
+      json(outcome.error?.details),
+      now,
+      now + retentionMs,
+      json(outcome.meta),
+      outcome.status,
+      id,
+      ...guardValues(guard),
+    ];
+    const units = [outcome.usage?.inputUnits ?? 0, outcome.usage?.outputUnits ?? 0];
+    if (this.dialect.name === 'postgres') {
+      return this.db.get<JobRow>(
+        `WITH finished AS (${update}), ledger AS (${LEDGER_INSERT} SELECT ${LEDGER_VALUES} FROM finished ${LEDGER_CONFLICT})
+         SELECT * FROM finished`,
+        [...params, ...units],
+      );
+    }
+    const row = await this.db.get<JobRow>(update, params);
+    if (row)
+      await this.db.run(
+        `${LEDGER_INSERT} SELECT ${LEDGER_VALUES} FROM jobs WHERE id = ? ${LEDGER_CONFLICT}`,
+        [...units, id],
+      );
+    return row;
   }
 
   /**

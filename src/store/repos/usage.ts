@@ -1,27 +1,8 @@
 import type { SqlExecutor } from '../driver.js';
-import type { JobOutcome, JobRow, UsageSummary } from '../types.js';
+import type { UsageSummary } from '../types.js';
 
 export class UsageRepository {
   constructor(private readonly db: SqlExecutor) {}
-
-  /** The one ledger row of a terminal job; the primary key makes a second one impossible. */
-  async record(job: JobRow, usage: JobOutcome['usage']): Promise<void> {
-    const runMs = job.started_at !== null && job.finished_at !== null ? job.finished_at - job.started_at : 0;
-    await this.db.run(
-      `INSERT INTO usage_ledger (job_id, org_id, kind, status, run_ms, input_units, output_units, created_at)
-       VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (job_id) DO NOTHING`,
-      [
-        job.id,
-        job.org_id,
-        job.kind,
-        job.status,
-        runMs,
-        usage?.inputUnits ?? 0,
-        usage?.outputUnits ?? 0,
-        job.finished_at ?? Date.now(),
-      ],
-    );
-  }
 
   /** Sums per kind for the organisation, over [since, until). */
   async summary(orgId: string, since: number, until: number): Promise<UsageSummary[]> {
