@@ -8,8 +8,8 @@
  * section of docs/benchmarks.md, ending with bench/streams-notes.md verbatim.
  *
  * Environment: BENCH_STREAMS_N (256 concurrent streams), BENCH_STREAMS_CHUNKS (100 content chunks per
- * stream), BENCH_STREAMS_GAP_MS (20 ms between them), BENCH_STREAMS_WARMUP (8 streams per target
- * first), BENCH_STREAMS_POSTGRES_URL (postgres://postgres@127.0.0.1:5432/test; a fresh schema, dropped
+ * stream), BENCH_STREAMS_GAP_MS (20 ms between them), BENCH_STREAMS_WARMUP (N: a round of that many
+ * concurrent streams per target first), BENCH_STREAMS_POSTGRES_URL (postgres://postgres@127.0.0.1:5432/test; a fresh schema, dropped
  * after), BENCH_STREAMS_RAMP=0 (skips the capacity ramp: 64, 128, … 1024 concurrent streams, then
  * steps of 512), BENCH_STREAMS_MAX (4096: the ramp's last level), BENCH_STREAMS_WRITE=0 (print only), BENCH_STREAMS_PROFILE_DIR (diagnostic: the Kiln
  * targets run under --cpu-prof and write their profiles there; no section is written).
@@ -46,7 +46,7 @@ const env = process.env;
 const N = Number(env.BENCH_STREAMS_N ?? 256);
 const CHUNKS = Number(env.BENCH_STREAMS_CHUNKS ?? 100);
 const GAP_MS = Number(env.BENCH_STREAMS_GAP_MS ?? 20);
-const WARMUP = Number(env.BENCH_STREAMS_WARMUP ?? 8);
+const WARMUP = Number(env.BENCH_STREAMS_WARMUP ?? N);
 const POSTGRES_URL = env.BENCH_STREAMS_POSTGRES_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
 const RAMP = env.BENCH_STREAMS_RAMP !== '0';
 const MAX = Number(env.BENCH_STREAMS_MAX ?? 4096);
@@ -333,7 +333,8 @@ over loopback, sharing its CPUs with this client:
   the run; each read is timestamped as it arrives (the events it completes share that time) and
   parsed once the run is over.
 
-${WARMUP} warm-up streams per target first. TTFT = from sending the request to the first chunk carrying content;
+A warm-up round of ${WARMUP} concurrent streams per target first, so that a gateway's upstream connections
+are open and its code compiled, as after hours of serving. TTFT = from sending the request to the first chunk carrying content;
 gap = between consecutive content chunks of a stream, over every stream; added = the target's figure
 minus direct's at the same percentile. CPU µs/chunk = CPU time of the target's process (the upstream's
 for direct: the physical limit) over the run, from /proc, divided by the data events the client received
