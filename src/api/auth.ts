@@ -23,7 +23,11 @@ export function requireApiKey(store: Store) {
     const key = await authenticate(store, match[1] as string);
     if (!key) throw new KilnError('unauthorized', 'the API key is unknown or has been revoked');
     request.auth = key;
-    // The request's own logger (Fastify makes one per request) carries the caller from here on.
-    (request.log as Logger).setBindings({ org_id: key.org_id, key_id: key.id });
+    // The request's own logger (Fastify makes one per request) carries the caller from here on;
+    // an app without a pino logger gets a child instead.
+    const caller = { org_id: key.org_id, key_id: key.id };
+    const log = request.log as Partial<Logger>;
+    if (typeof log.setBindings === 'function') log.setBindings(caller);
+    else request.log = request.log.child(caller);
   };
 }

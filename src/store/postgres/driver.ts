@@ -26,8 +26,9 @@ const statements = new Map<string, { text: string; name: string | undefined }>()
 function statement(sql: string): { text: string; name: string | undefined } {
   let known = statements.get(sql);
   if (!known) {
-    // Statements with lists of placeholders vary in length; the room for names is kept for the rest.
-    const named = statements.size < MAX_NAMED_STATEMENTS && !/\?\s*,\s*\?|\)\s+OR\s+\(/.test(sql);
+    // First come, first named: the hot statements are among the first a process runs, and texts
+    // that vary with a list's length (IN lists, lease renewals) stop taking names at the cap.
+    const named = statements.size < MAX_NAMED_STATEMENTS;
     known = { text: toNumberedPlaceholders(sql), name: named ? `kiln_${statements.size}` : undefined };
     statements.set(sql, known);
   }
