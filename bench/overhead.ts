@@ -5,7 +5,7 @@
  * request per target, and what each gateway adds over the direct path. Run with
  * `npm run bench:overhead`; writes the `overhead` section of docs/benchmarks.md.
  *
- * Environment: BENCH_REQUESTS (3000 per case), BENCH_WARMUP (300), BENCH_CONCURRENCY (32),
+ * Environment: BENCH_REQUESTS (3000 per case), BENCH_WARMUP (3000: a gateway is measured warm, its code compiled, as after hours of serving), BENCH_CONCURRENCY (32),
  * BENCH_ROUNDS (3: each case's requests are split into rounds, interleaved across the targets, then
  * pooled), BENCH_UNLOADED (500 requests one at a time per case afterwards; 0 skips that pass),
  * BENCH_KILN_WORKERS (64), BENCH_OVERHEAD_POSTGRES_URL (postgres://postgres@127.0.0.1:5432/test; Kiln
@@ -33,7 +33,7 @@ import {
 } from './lib.js';
 
 const TOTAL = Number(process.env.BENCH_REQUESTS ?? 3000);
-const WARMUP = Number(process.env.BENCH_WARMUP ?? 300);
+const WARMUP = Number(process.env.BENCH_WARMUP ?? 3000);
 const CONCURRENCY = Number(process.env.BENCH_CONCURRENCY ?? 32);
 const KILN_WORKERS = Number(process.env.BENCH_KILN_WORKERS ?? 64);
 const UNLOADED = Number(process.env.BENCH_UNLOADED ?? 500);
