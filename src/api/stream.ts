@@ -122,22 +122,27 @@ export async function streamJob(
  * Server-sent events written straight onto the response's socket, each batch framed as one HTTP/1.1
  * chunk: one write per event, or one for the events that arrived in the same read (they are joined
  * until the current task ends). Node's `res.write` would buffer four writes per event and send them
- * on the next tick. A response that is not chunked (an HTTP/1.0 client) goes through `res.write`.
+ * on the next tick; it sends only the first batch, with the headers. A response that is not chunked
+ * (an HTTP/1.0 client) goes through `res.write` throughout.
  */
 class EventWriter {
   #pending = '';
+  /** The first batch goes through `res.write`, which sends the headers with it in one write. */
+  #headersSent = false;
   readonly #direct: boolean;
   readonly #flush = () => {
     const text = this.#pending;
     this.#pending = '';
     const socket = this.raw.socket;
     if (text === '' || !socket || socket.destroyed) return;
-    if (this.#direct) socket.write(`${Buffer.byteLength(text).toString(16)}\r\n${text}\r\n`);
+    if (this.#direct && this.#headersSent)
+      socket.write(`${Buffer.byteLength(text).toString(16)}\r\n${text}\r\n`);
     else this.raw.write(text);
+    this.#headersSent = true;
   };
 
+  /** `raw` has had its `writeHead`, which decides whether the body is chunked. */
   constructor(private readonly raw: ServerResponse) {
-    raw.flushHeaders();
     this.#direct = (raw as ServerResponse & { chunkedEncoding?: boolean }).chunkedEncoding === true;
   }
 
