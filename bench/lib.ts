@@ -42,6 +42,28 @@ export function machine(): string {
   return `${os.cpus().length} × ${cpu}, ${Math.round(os.totalmem() / 2 ** 30)} GiB, ${os.platform()} ${os.release()}, Node ${process.version}`;
 }
 
+/** Writes the section `name` of docs/benchmarks.md, or with `write` false only prints it. */
+export function publishSection(name: string, body: string, write: boolean): void {
+  if (!write) {
+    console.log(`\n${body}`);
+    return;
+  }
+  writeSection(name, body);
+  console.log(`\nwrote the ${name} section of docs/benchmarks.md`);
+}
+
+/** Runs a benchmark's `main`: a failure is printed and sets the exit code; children and schemas go either way. */
+export async function runBench(main: () => Promise<void>): Promise<void> {
+  try {
+    await main();
+  } catch (error) {
+    console.error(error);
+    process.exitCode = 1;
+  } finally {
+    await tearDown();
+  }
+}
+
 /** Replaces the section `name` of docs/benchmarks.md (between its markers) with `body`. */
 export function writeSection(name: string, body: string): void {
   const file = path.join(import.meta.dirname, '..', 'docs', 'benchmarks.md');

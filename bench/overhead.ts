@@ -23,13 +23,13 @@ import {
   cpuMs,
   machine,
   portkeyHeaders,
+  publishSection,
+  runBench,
   scratchDir,
   startKiln,
   startPortkey,
   startUpstream,
   summarise,
-  tearDown,
-  writeSection,
 } from './lib.js';
 
 const TOTAL = Number(process.env.BENCH_REQUESTS ?? 3000);
@@ -563,19 +563,7 @@ synchronously, Kiln on SQLite uses at most 0.35 ms CPU per request and sustains 
 requests/s (both set for 32 in flight):
 
 ${verdicts.join('\n')}`;
-  if (!WRITE) {
-    console.log(`\n${body}`);
-    return;
-  }
-  writeSection('overhead', body);
-  console.log('\nwrote the overhead section of docs/benchmarks.md');
+  publishSection('overhead', body, WRITE);
 }
 
-try {
-  await main();
-} catch (error) {
-  console.error(error);
-  process.exitCode = 1;
-} finally {
-  await tearDown();
-}
+await runBench(main);

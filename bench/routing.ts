@@ -19,7 +19,7 @@ import { mkdtempSync } from 'node:fs';
 import { loadavg, tmpdir } from 'node:os';
 import path from 'node:path';
 import { countTokens, renderChatPrompt } from '../src/sim/llm/text.js';
-import { machine, scratchDir, writeSection } from './lib.js';
+import { machine, runBench, scratchDir, writeSection } from './lib.js';
 import { targets, workloadTable } from './routing/report.js';
 import { failedRun, measure, type RunResult, type RunSettings } from './routing/run.js';
 import {
@@ -274,9 +274,4 @@ ${verdicts.join('\n')}`,
   console.log('\nwrote the routing section of docs/benchmarks.md');
 }
 
-try {
-  await main();
-} catch (error) {
-  console.error(error);
-  process.exitCode = 1;
-}
+await runBench(main);

@@ -26,13 +26,13 @@ import {
   type Kiln,
   machine,
   portkeyHeaders,
+  publishSection,
+  runBench,
   type Server,
   scratchDir,
   startKiln,
   startPortkey,
   startUpstream,
-  tearDown,
-  writeSection,
 } from './lib.js';
 import {
   errorCount,
@@ -374,19 +374,7 @@ async function main(): Promise<void> {
     return;
   }
   const body = section(results, levels, leftOut, startLoad);
-  if (!WRITE) {
-    console.log(`\n${body}`);
-    return;
-  }
-  writeSection('streams', body);
-  console.log('\nwrote the streams section of docs/benchmarks.md');
+  publishSection('streams', body, WRITE);
 }
 
-try {
-  await main();
-} catch (error) {
-  console.error(error);
-  process.exitCode = 1;
-} finally {
-  await tearDown();
-}
+await runBench(main);

@@ -2,7 +2,6 @@
  * The routing benchmark's child processes: the simulated replicas (`kiln sim llm`) and the gateways
  * (`kiln serve`), each in a process of its own, all killed when this one ends, however it ends.
  */
-import { execFileSync } from 'node:child_process';
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { type Child, freePort, ready, root, startChild } from '../lib.js';
@@ -113,22 +112,3 @@ routing:
 export const readAdminKey = (dataDir: string) => readFileSync(path.join(dataDir, 'admin.key'), 'utf8').trim();
 
 export const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
-
-const TICK_MS = (() => {
-  try {
-    return 1000 / Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).trim());
-  } catch {
-    return 10;
-  }
-})();
-
-/** CPU time (user + system) a process has used so far, in ms; undefined where /proc is not there. */
-export function cpuMs(pid: number | undefined): number | undefined {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    return (Number(fields[11]) + Number(fields[12])) * TICK_MS;
-  } catch {
-    return undefined;
-  }
-}

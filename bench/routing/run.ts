@@ -7,10 +7,10 @@ import { writeFileSync } from 'node:fs';
 import { loadavg } from 'node:os';
 import path from 'node:path';
 import pg from 'pg';
-import { type Child, scratchDir, summarise } from '../lib.js';
+import { type Child, cpuMs, scratchDir, summarise } from '../lib.js';
 import { type CacheCounters, cacheCounters, hitRate, oracleHitRate, scrape } from './cache.js';
 import { type Gateway, type LoadResult, runLoad } from './load.js';
-import { cpuMs, readAdminKey, type SimSettings, sleep, startGateway, startSim } from './processes.js';
+import { readAdminKey, type SimSettings, sleep, startGateway, startSim } from './processes.js';
 import type { Workload } from './workloads.js';
 
 export interface RunSettings {
