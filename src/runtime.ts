@@ -11,6 +11,7 @@ import { Sweeper } from './jobs/sweeper.js';
 import { Worker } from './jobs/worker.js';
 import { mediaKinds } from './media/kinds.js';
 import { createOutboundPolicy, type OutboundPolicy } from './net/policy.js';
+import { responseKind } from './responses/kind.js';
 import { Router, RoutingMemory } from './router/index.js';
 import { openStore, type Store } from './store/index.js';
 import { WebhookDeliverer } from './webhooks/deliverer.js';
@@ -67,6 +68,7 @@ export async function createRuntime(
   const runners = new RunnerPool(config.runners);
   const kinds = new KindRegistry([
     chatKind({ router: () => router, store }) as JobKind<never, unknown>,
+    responseKind({ router: () => router, store }) as JobKind<never, unknown>,
     ...mediaKinds({ templates, runners, files, policy, maxInputBytes: config.files.max_input_bytes }),
     ...extraKinds,
   ]);

@@ -4,6 +4,7 @@ import type { Logger } from 'pino';
 import type { Config } from '../config/schema.js';
 import type { JobService } from '../jobs/service.js';
 import type { OutboundPolicy } from '../net/policy.js';
+import { responseRoutes } from '../responses/routes.js';
 import type { Runtime } from '../runtime.js';
 import type { Store } from '../store/index.js';
 import { requireApiKey } from './auth.js';
@@ -103,6 +104,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
       contextRoutes(authenticated, deps);
       jobRoutes(authenticated, deps);
       chatRoutes(authenticated, deps);
+      responseRoutes(authenticated, deps);
       mediaRoutes(authenticated, deps);
       modelRoutes(authenticated, deps);
       adminRoutes(authenticated, deps);

@@ -14,6 +14,40 @@ const routeOf = (meta: Record<string, unknown>): Record<string, string> => {
   return route ? { 'x-kiln-route': routeHeader(route) } : {};
 };
 
+/**
+ * A persona or served model that exists, and every context it and the request name, in this
+ * organisation: checked before any job exists (404 `model-not-found`, 400 naming each context).
+ */
+export async function checkModelAndContexts(
+  deps: AppDeps,
+  orgId: string,
+  model: string,
+  contexts: readonly string[],
+): Promise<void> {
+  const resolved = deps.runtime.router().resolve(model);
+  if (!resolved) {
+    throw new KilnError(
+      'model-not-found',
+      `no persona or served model named '${model}'; GET /v1/models lists them`,
+      {
+        param: 'model',
+      },
+    );
+  }
+  const wanted = [...(resolved.persona?.contexts ?? []), ...contexts];
+  const missing = await deps.store.contexts.missing(orgId, wanted);
+  if (missing.length > 0) {
+    throw validationError(
+      missing.map((name) => ({
+        field: contexts.includes(name) ? `contexts[${contexts.indexOf(name)}]` : 'model',
+        rule: 'exists',
+        message: `no context named '${name}' in this organisation`,
+        received: name,
+      })),
+    );
+  }
+}
+
 /** POST /v1/chat/completions in sync (default), stream and async modes, all through the chat job kind. */
 export function chatRoutes(app: FastifyInstance, deps: AppDeps): void {
   const kind = deps.jobs.kinds.get('chat') as JobKind;
@@ -34,29 +68,7 @@ export function chatRoutes(app: FastifyInstance, deps: AppDeps): void {
         ]);
       }
       const mode = asked ?? (stream ? 'stream' : 'sync');
-      const router = deps.runtime.router();
-      const resolved = router.resolve(model);
-      if (!resolved) {
-        throw new KilnError(
-          'model-not-found',
-          `no persona or served model named '${model}'; GET /v1/models lists them`,
-          {
-            param: 'model',
-          },
-        );
-      }
-      const wanted = [...(resolved.persona?.contexts ?? []), ...contexts];
-      const missing = await deps.store.contexts.missing(request.auth.org_id, wanted);
-      if (missing.length > 0) {
-        throw validationError(
-          missing.map((name) => ({
-            field: contexts.includes(name) ? `contexts[${contexts.indexOf(name)}]` : 'model',
-            rule: 'exists',
-            message: `no context named '${name}' in this organisation`,
-            received: name,
-          })),
-        );
-      }
+      await checkModelAndContexts(deps, request.auth.org_id, model, contexts);
       const job: ChatJobRequest = {
         model,
         contexts,

@@ -1,8 +1,10 @@
 import type { ServerResponse } from 'node:http';
 import type { FastifyReply, FastifyRequest } from 'fastify';
+import type { KilnError } from '../errors.js';
 import { uuidv7 } from '../ids.js';
 import type { JobEvent } from '../jobs/events.js';
 import type { JobKind } from '../jobs/kinds.js';
+import type { Webhook } from '../jobs/schemas.js';
 import { isTerminal, type JobService } from '../jobs/service.js';
 import type { JobRow } from '../store/types.js';
 import { jobError } from './submit.js';
@@ -15,7 +17,29 @@ export interface StreamOptions {
   request: unknown;
   /** Response headers derived from what the job recorded before its first output (the route). */
   headers?: (meta: Record<string, unknown>) => Record<string, string>;
+  /** How parts and the end are framed; chat completions' `data:` lines and `[DONE]` by default. */
+  format?: () => StreamFormat;
+  /**
+   * `async` for a job that outlives its stream (a background response): any worker may take it, and
+   * a client that goes away leaves it running. A `stream` job is cancelled with its client.
+   */
+  mode?: 'stream' | 'async';
+  webhook?: Webhook | undefined;
 }
+
+/** How a stream frames its job's parts, and what it writes once the job is over. */
+export interface StreamFormat {
+  part(data: string): string;
+  /** `error` is set when the job did not complete. */
+  end(job: JobRow, error: KilnError | undefined): string;
+}
+
+/** Chat completions: each part is a chunk's JSON on a `data:` line; the end is `[DONE]` or an error event. */
+const chatFormat: StreamFormat = {
+  part: (data) => `data: ${data}\n\n`,
+  end: (_job, error) =>
+    error ? `data: ${JSON.stringify({ error: error.toBody() })}\n\n` : 'data: [DONE]\n\n',
+};
 
 /**
  * `mode: "stream"`: the job publishes its chunks and this request relays each one as a server-sent
@@ -29,6 +53,8 @@ export async function streamJob(
   options: StreamOptions,
 ) {
   const id = uuidv7();
+  const mode = options.mode ?? 'stream';
+  const format = options.format?.() ?? chatFormat;
   const pending: JobEvent[] = [];
   let deliver: (event: JobEvent) => void = (event) => pending.push(event);
   const off = jobs.events.on(id, (event) => deliver(event));
@@ -38,10 +64,11 @@ export async function streamJob(
     const { job: submitted } = await jobs.submit({
       id,
       kind: options.kind,
-      mode: 'stream',
+      mode,
       orgId: request.auth.org_id,
       keyId: request.auth.id,
       request: options.request,
+      webhook: options.webhook,
     });
     // A done event lost between processes still ends the stream: the store is read now and then.
     // The job's last chunks and its done event travel together after its end is committed, so a
@@ -59,7 +86,7 @@ export async function streamJob(
     // A client that goes away at any moment — before the first token too — cancels the job, and
     // with it the engine's generation.
     reply.raw.once('close', () => {
-      if (!finished && !reply.raw.writableFinished)
+      if (mode === 'stream' && !finished && !reply.raw.writableFinished)
         void jobs.cancel(request.auth.org_id, id).catch(() => undefined);
     });
     // Wait for the first output (or the end): a failure before any token is still an ordinary HTTP
@@ -97,13 +124,15 @@ export async function streamJob(
       let ending = false;
       const write = (event: JobEvent) => {
         if (ending) return;
-        if (event.t === 'part') out.event(event.data);
+        if (event.t === 'part') out.write(format.part(event.data));
         if (event.t !== 'done') return;
         ending = true;
         void (event.job ? Promise.resolve(event.job) : jobs.store.jobs.byId(id)).then((job) => {
           finished = true;
-          if (job?.status === 'completed') out.event('[DONE]');
-          else if (job) out.event(JSON.stringify({ error: jobError(job, jobs.poll(job)).toBody() }));
+          if (job)
+            out.write(
+              format.end(job, job.status === 'completed' ? undefined : jobError(job, jobs.poll(job))),
+            );
           out.end();
           resolve();
         });
@@ -146,9 +175,11 @@ class EventWriter {
     this.#direct = (raw as ServerResponse & { chunkedEncoding?: boolean }).chunkedEncoding === true;
   }
 
-  event(data: string): void {
+  /** Whole events, framed. */
+  write(text: string): void {
+    if (text === '') return;
     if (this.#pending === '') queueMicrotask(this.#flush);
-    this.#pending += `data: ${data}\n\n`;
+    this.#pending += text;
   }
 
   /** Writes what is waiting and the end of the response. */

@@ -22,6 +22,8 @@ export interface SubmitOptions {
   webhook?: Webhook | undefined;
   /** Headers for a sync answer, from the finished job (the chat route). */
   headers?: (job: JobRow) => Record<string, string>;
+  /** The answer to an accepted async submission, in place of the 202 job body (a background response). */
+  accepted?: (job: JobRow) => { status: number; body: unknown };
 }
 
 const IDEMPOTENCY_KEY = /^[\x21-\x7e]{1,255}$/;
@@ -74,6 +76,22 @@ export function jobError(job: JobRow, poll: Record<string, unknown>): KilnError 
 }
 
 /**
+ * A webhook's address is checked before any job exists; without a secret of its own, the delivery
+ * is signed with the organisation's, made now if it has none.
+ */
+export async function checkWebhook(
+  deps: Pick<SubmitDeps, 'jobs' | 'policy'>,
+  orgId: string,
+  webhook: Webhook | undefined,
+): Promise<void> {
+  if (!webhook) return;
+  await deps.policy.checkUrl(webhook.url, 'webhook.url');
+  if (!webhook.secret) {
+    await deps.jobs.store.orgs.setWebhookSecret(orgId, `whsec_${randomBase62(32)}`, true);
+  }
+}
+
+/**
  * The one submission path of every generation endpoint: checks the webhook address, honours
  * Idempotency-Key, records the job, then answers by mode — `async` 202 at once (or, with
  * `Prefer: wait=N`, the result if the job ends within N seconds), `sync` when the job is terminal:
@@ -88,12 +106,7 @@ export async function submitJob(
 ) {
   const idempotencyKey = idempotencyKeyOf(request);
   const orgId = request.auth.org_id;
-  if (options.webhook) {
-    await deps.policy.checkUrl(options.webhook.url, 'webhook.url');
-    if (!options.webhook.secret) {
-      await deps.jobs.store.orgs.setWebhookSecret(orgId, `whsec_${randomBase62(32)}`, true);
-    }
-  }
+  await checkWebhook(deps, orgId, options.webhook);
   const { job, replayed } = await deps.jobs.submit({
     kind: options.kind,
     mode: options.mode,
@@ -107,6 +120,10 @@ export async function submitJob(
   request.log.info({ job_id: job.id, kind: job.kind, mode: job.mode, replayed }, 'job submitted');
 
   const accepted = () => {
+    if (options.accepted) {
+      const answer = options.accepted(job);
+      return reply.status(answer.status).send(answer.body);
+    }
     const body = submissionBody(job, options.kind, options.request);
     return reply.status(202).header('location', body.polling_url).send(body);
   };

@@ -11,7 +11,7 @@ export interface ChatDeps {
 }
 
 /** Persona preamble, then contexts (persona's, then the request's), then the caller's messages. */
-async function preamble(
+export async function preamble(
   store: Store,
   orgId: string,
   request: ChatJobRequest,
@@ -33,7 +33,7 @@ async function preamble(
  * The engine's failure, as the job's: its 4xx is the caller's error (`engine-rejected`, with the
  * engine's own fields), timeouts end `timeout`, a fleet that is down `engine-unavailable`.
  */
-function asJobFailure(error: EngineError): JobFailure {
+export function asJobFailure(error: EngineError): JobFailure {
   if (error.kind === 'rejected' && error.status !== undefined && error.status < 500) {
     return new JobFailure('engine-rejected', error.message, {
       engine_error: { status: error.status, ...error.engineFields },

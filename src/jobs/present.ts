@@ -2,9 +2,9 @@ import type { JobRow } from '../store/types.js';
 import type { JobKind, KindRegistry } from './kinds.js';
 
 const UUID = '[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}';
-const PUBLIC_ID = new RegExp(`^(?:([a-z]+-))?(${UUID})$`);
+const PUBLIC_ID = new RegExp(`^(?:([a-z]+[-_]))?(${UUID})$`);
 
-/** `chatcmpl-<uuid>` or `<uuid>` → the UUID and the prefix given, if any; undefined for anything else. */
+/** `chatcmpl-<uuid>`, `resp_<uuid>` or `<uuid>` → the UUID and the prefix given, if any; undefined for anything else. */
 export function parseJobId(text: string): { id: string; prefix: string | undefined } | undefined {
   const match = PUBLIC_ID.exec(text.toLowerCase());
   return match ? { id: match[2] as string, prefix: match[1] } : undefined;

@@ -169,6 +169,20 @@ export class JobRepository {
     );
   }
 
+  /**
+   * Deletes what a terminal job holds (its request, result, error details and facts) and expires it
+   * now, as if its retention had passed: its polls answer 410 from then on. The row itself, which the
+   * usage ledger and the webhook outbox point at, stays. False when no such terminal job exists.
+   */
+  async forget(orgId: string, id: string, now: number): Promise<boolean> {
+    const changed = await this.db.run(
+      `UPDATE jobs SET request = '{}', result = NULL, error_details = NULL, meta = NULL, expires_at = ?
+       WHERE id = ? AND org_id = ? AND status IN ('completed', 'failed', 'cancelled', 'timeout')`,
+      [now, id, orgId],
+    );
+    return changed > 0;
+  }
+
   async setProgress(id: string, owner: string, attempt: number, progress: number): Promise<void> {
     await this.db.run(
       `UPDATE jobs SET progress = ? WHERE id = ? AND status = 'running' AND lease_owner = ? AND attempts = ?`,

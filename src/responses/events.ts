@@ -1,0 +1,201 @@
+import type { ChatChunk } from '../engines/types.js';
+import { itemId } from './input.js';
+import { functionCallItem, messageItem } from './output.js';
+import type { Item } from './schema.js';
+
+/** One event as the Responses stream frames it: its type as the SSE event name, then its JSON. */
+export const frame = (event: { type: string; [field: string]: unknown }): string =>
+  `event: ${event.type}\ndata: ${JSON.stringify(event)}\n\n`;
+
+interface OpenMessage {
+  kind: 'message';
+  id: string;
+  index: number;
+  text: string;
+}
+
+interface OpenCall {
+  kind: 'call';
+  id: string;
+  index: number;
+  callId: string;
+  name: string;
+  args: string;
+}
+
+/**
+ * Chat-completion chunks as Responses stream events, numbered from 0: `response.created` and
+ * `response.in_progress`, then for each output item `output_item.added`, its content or arguments
+ * deltas and their `done` events, `output_item.done`; the terminal event is the caller's (`end`).
+ */
+export class ResponseEvents {
+  #seq = 0;
+  readonly #items: Array<OpenMessage | OpenCall> = [];
+  #message: OpenMessage | undefined;
+  /** Open calls by the chunk's `tool_calls[].index`. */
+  readonly #calls = new Map<number, OpenCall>();
+  #finishReason: string | null = null;
+  #started = false;
+
+  constructor(private readonly send: (text: string) => void) {}
+
+  get started(): boolean {
+    return this.#started;
+  }
+
+  get finishReason(): string | null {
+    return this.#finishReason;
+  }
+
+  #emit(event: Record<string, unknown> & { type: string }): void {
+    this.send(frame({ ...event, sequence_number: this.#seq++ }));
+  }
+
+  /** `response.created` and `response.in_progress`, with the response as it is now. */
+  start(response: Record<string, unknown>): void {
+    this.#started = true;
+    this.#emit({ type: 'response.created', response });
+    this.#emit({ type: 'response.in_progress', response });
+  }
+
+  chunk(chunk: ChatChunk): void {
+    const choice = chunk.choices.find((c) => c.index === 0);
+    if (!choice) return;
+    const delta = choice.delta ?? {};
+    if (typeof delta.content === 'string' && delta.content !== '') this.#text(delta.content);
+    if (Array.isArray(delta.tool_calls)) {
+      for (const call of delta.tool_calls as Array<Record<string, unknown>>) this.#call(call);
+    }
+    if (choice.finish_reason) this.#finishReason = choice.finish_reason;
+  }
+
+  #text(delta: string): void {
+    if (!this.#message) {
+      this.#message = { kind: 'message', id: itemId('msg'), index: this.#items.length, text: '' };
+      this.#items.push(this.#message);
+      const { id, index } = this.#message;
+      this.#emit({
+        type: 'response.output_item.added',
+        output_index: index,
+        item: messageItem(id, '', 'in_progress'),
+      });
+      this.#emit({
+        type: 'response.content_part.added',
+        item_id: id,
+        output_index: index,
+        content_index: 0,
+        part: { type: 'output_text', text: '', annotations: [], logprobs: [] },
+      });
+    }
+    this.#message.text += delta;
+    this.#emit({
+      type: 'response.output_text.delta',
+      item_id: this.#message.id,
+      output_index: this.#message.index,
+      content_index: 0,
+      delta,
+      logprobs: [],
+    });
+  }
+
+  #call(delta: Record<string, unknown>): void {
+    const key = typeof delta.index === 'number' ? delta.index : this.#calls.size;
+    const fn = (delta.function ?? {}) as { name?: unknown; arguments?: unknown };
+    let call = this.#calls.get(key);
+    if (!call) {
+      // Text after a call would be a new message item: the current one is closed now.
+      this.#closeMessage();
+      const id = itemId('fc');
+      call = {
+        kind: 'call',
+        id,
+        index: this.#items.length,
+        callId: typeof delta.id === 'string' && delta.id !== '' ? delta.id : `call_${id.slice(3, 27)}`,
+        name: typeof fn.name === 'string' ? fn.name : '',
+        args: '',
+      };
+      this.#calls.set(key, call);
+      this.#items.push(call);
+      this.#emit({
+        type: 'response.output_item.added',
+        output_index: call.index,
+        item: this.#callItem(call, 'in_progress'),
+      });
+    }
+    if (typeof fn.arguments === 'string' && fn.arguments !== '') {
+      call.args += fn.arguments;
+      this.#emit({
+        type: 'response.function_call_arguments.delta',
+        item_id: call.id,
+        output_index: call.index,
+        delta: fn.arguments,
+      });
+    }
+  }
+
+  #callItem(call: OpenCall, status: string): Item {
+    return functionCallItem(
+      call.id,
+      { id: call.callId, function: { name: call.name, arguments: call.args } },
+      status,
+    );
+  }
+
+  #closeMessage(): void {
+    const message = this.#message;
+    if (!message) return;
+    this.#message = undefined;
+    const { id, index, text } = message;
+    this.#emit({
+      type: 'response.output_text.done',
+      item_id: id,
+      output_index: index,
+      content_index: 0,
+      text,
+      logprobs: [],
+    });
+    this.#emit({
+      type: 'response.content_part.done',
+      item_id: id,
+      output_index: index,
+      content_index: 0,
+      part: { type: 'output_text', text, annotations: [], logprobs: [] },
+    });
+    this.#emit({
+      type: 'response.output_item.done',
+      output_index: index,
+      item: messageItem(id, text, 'completed'),
+    });
+  }
+
+  /** Closes every open item and answers the output, as the stored response holds it. */
+  close(status: 'completed' | 'incomplete'): Item[] {
+    this.#closeMessage();
+    for (const call of this.#calls.values()) {
+      this.#emit({
+        type: 'response.function_call_arguments.done',
+        item_id: call.id,
+        name: call.name,
+        output_index: call.index,
+        arguments: call.args,
+      });
+      this.#emit({
+        type: 'response.output_item.done',
+        output_index: call.index,
+        item: this.#callItem(call, status),
+      });
+    }
+    this.#calls.clear();
+    return this.#items.map((item) =>
+      item.kind === 'message' ? messageItem(item.id, item.text, status) : this.#callItem(item, status),
+    );
+  }
+
+  /** The terminal event: `response.completed`, `response.incomplete` or `response.failed`. */
+  end(
+    type: 'response.completed' | 'response.incomplete' | 'response.failed',
+    response: Record<string, unknown>,
+  ): void {
+    this.#emit({ type, response });
+  }
+}

@@ -1,0 +1,127 @@
+import { asJobFailure, type ChatDeps, preamble } from '../chat/kind.js';
+import type { ChatChunk, ChatMessage } from '../engines/types.js';
+import { JobFailure, type JobKind } from '../jobs/kinds.js';
+import { EngineError } from '../router/index.js';
+import type { Store } from '../store/index.js';
+import { ResponseEvents } from './events.js';
+import { chatMessages } from './input.js';
+import {
+  endOf,
+  outputItems,
+  type ResponseState,
+  responseError,
+  responseObject,
+  responseUsage,
+} from './output.js';
+import { createdAtOf, RESPONSE_PREFIX } from './present.js';
+import type { Item, ResponseJobRequest } from './schema.js';
+
+/** How far back `previous_response_id` is followed: beyond it, a conversation is refused, not cut. */
+export const MAX_TURNS = 1000;
+
+/**
+ * The conversation a response continues, oldest first: each earlier response's input and output.
+ * A response deleted since, or one of another organisation, ends the run with a clear failure.
+ */
+export async function conversation(store: Store, orgId: string, previous: string | null): Promise<Item[]> {
+  const turns: Item[][] = [];
+  for (let id = previous; id !== null; ) {
+    if (turns.length >= MAX_TURNS) {
+      throw new JobFailure('inference-failed', `the conversation is longer than ${MAX_TURNS} responses`);
+    }
+    const job = await store.jobs.get(orgId, id);
+    if (job?.kind !== 'response' || job.result === null || (job.expires_at ?? Infinity) <= Date.now()) {
+      throw new JobFailure(
+        'inference-failed',
+        `the previous response ${RESPONSE_PREFIX}${id} no longer exists`,
+      );
+    }
+    const request = JSON.parse(job.request) as ResponseJobRequest;
+    const result = JSON.parse(job.result) as { output: Item[] };
+    turns.push([...request.input, ...result.output]);
+    id = request.previous;
+  }
+  return turns.reverse().flat();
+}
+
+/**
+ * The Responses API as a job kind: the request is translated to chat completions and served by the
+ * router like any chat (personas, preambles, contexts, routing, usage); the answer is translated
+ * back. A response asked to stream publishes its Responses events, numbered, as they happen.
+ */
+export function responseKind(deps: ChatDeps): JobKind<ResponseJobRequest> {
+  return {
+    name: 'response',
+    idPrefix: RESPONSE_PREFIX,
+    submissionObject: 'response',
+    pollingBase: '/v1/jobs/',
+    queueTtlMs: 10 * 60_000,
+    runLimitMs: 30 * 60_000,
+    async run(job, signal) {
+      const { request } = job;
+      const router = deps.router();
+      const model = router.resolve(request.model);
+      if (!model)
+        throw new JobFailure('inference-failed', `no persona or served model named ${request.model}`);
+      // Persona and contexts first, then the conversation so far: the prefix every turn shares.
+      const messages: ChatMessage[] = [
+        ...(await preamble(deps.store, job.orgId, { ...request, includeUsage: false, body: {} }, router)),
+        ...(request.instructions ? [{ role: 'system', content: request.instructions }] : []),
+        ...chatMessages([...(await conversation(deps.store, job.orgId, request.previous)), ...request.input]),
+      ];
+      const body = { ...(model.persona?.defaults ?? {}), ...request.chat };
+      const base = { id: job.publicId, model: request.model, createdAt: createdAtOf(job.id) };
+      const response = (state: Partial<ResponseState>) =>
+        responseObject({ ...base, status: 'in_progress', ...state }, request.echo);
+      const events = request.echo.stream ? new ResponseEvents((text) => job.publish(text)) : undefined;
+      const onChunk = (chunk: ChatChunk) => {
+        if (!events) return;
+        if (!events.started) events.start(response({}));
+        events.chunk(chunk);
+      };
+      try {
+        const { completion, route } = await router.chat({
+          model,
+          messages,
+          body,
+          signal,
+          onRoute: (route) => void job.record({ route }),
+          ...(events ? { onChunk } : {}),
+        });
+        if (route.cached_reported !== undefined) await job.record({ route });
+        const choice = completion.choices[0];
+        const end = endOf(choice?.finish_reason);
+        let output: Item[];
+        if (events) {
+          if (!events.started) events.start(response({}));
+          output = events.close(end.status);
+        } else output = outputItems(choice?.message, end.status);
+        const result = response({
+          status: end.status,
+          output,
+          usage: responseUsage(completion.usage, route.cached_reported ?? 0),
+          incomplete: end.incomplete,
+          completedAt: Math.floor(Date.now() / 1000),
+        });
+        events?.end(end.status === 'completed' ? 'response.completed' : 'response.incomplete', result);
+        const usage = completion.usage;
+        return {
+          result,
+          usage: usage
+            ? { inputUnits: usage.prompt_tokens, outputUnits: usage.completion_tokens }
+            : undefined,
+        };
+      } catch (error) {
+        const failure = error instanceof EngineError ? asJobFailure(error) : error;
+        // A stream that has begun ends with `response.failed`; before any output the caller gets an HTTP error.
+        if (events?.started && failure instanceof JobFailure && !signal.aborted) {
+          events.end(
+            'response.failed',
+            response({ status: 'failed', error: responseError(failure.code, failure.message) }),
+          );
+        }
+        throw failure;
+      }
+    },
+  };
+}

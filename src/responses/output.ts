@@ -1,0 +1,138 @@
+import type { ChatCompletion, ChatMessage } from '../engines/types.js';
+import { itemId } from './input.js';
+import type { Item, ResponseEcho } from './schema.js';
+
+export type ResponseStatus = 'queued' | 'in_progress' | 'completed' | 'failed' | 'cancelled' | 'incomplete';
+
+export interface ResponseUsage {
+  input_tokens: number;
+  input_tokens_details: { cached_tokens: number; cache_write_tokens: number };
+  output_tokens: number;
+  output_tokens_details: { reasoning_tokens: number };
+  total_tokens: number;
+}
+
+/** What a Response object says beyond the request's echo. */
+export interface ResponseState {
+  id: string;
+  model: string;
+  createdAt: number;
+  status: ResponseStatus;
+  output?: Item[];
+  usage?: ResponseUsage | null;
+  error?: { code: string; message: string } | null;
+  incomplete?: { reason: string } | null;
+  completedAt?: number | null;
+}
+
+/** The concatenated text of the output messages: the `output_text` the SDKs show. */
+export function outputText(output: readonly Item[]): string {
+  let text = '';
+  for (const item of output) {
+    if (item.type !== 'message') continue;
+    for (const part of item.content as Array<{ type: string; text?: string }>) {
+      if (part.type === 'output_text') text += part.text ?? '';
+    }
+  }
+  return text;
+}
+
+/** The Response object in OpenAI's shape. */
+export function responseObject(state: ResponseState, echo: ResponseEcho): Record<string, unknown> {
+  const output = state.output ?? [];
+  return {
+    id: state.id,
+    object: 'response',
+    created_at: state.createdAt,
+    status: state.status,
+    background: echo.background,
+    completed_at: state.completedAt ?? null,
+    error: state.error ?? null,
+    incomplete_details: state.incomplete ?? null,
+    instructions: echo.instructions,
+    max_output_tokens: echo.max_output_tokens,
+    max_tool_calls: null,
+    model: state.model,
+    output,
+    output_text: outputText(output),
+    parallel_tool_calls: echo.parallel_tool_calls,
+    previous_response_id: echo.previous_response_id,
+    reasoning: { effort: null, summary: null },
+    service_tier: 'default',
+    store: echo.store,
+    temperature: echo.temperature,
+    text: echo.text,
+    tool_choice: echo.tool_choice,
+    tools: echo.tools,
+    top_p: echo.top_p,
+    truncation: 'disabled',
+    usage: state.usage ?? null,
+    user: echo.user,
+    metadata: echo.metadata,
+  };
+}
+
+/** Chat usage as Responses usage; cached tokens from the engine's report, else the router's. */
+export function responseUsage(usage: ChatCompletion['usage'], cachedFallback = 0): ResponseUsage | null {
+  if (!usage) return null;
+  const details = usage.prompt_tokens_details as { cached_tokens?: number } | undefined;
+  return {
+    input_tokens: usage.prompt_tokens,
+    input_tokens_details: { cached_tokens: details?.cached_tokens ?? cachedFallback, cache_write_tokens: 0 },
+    output_tokens: usage.completion_tokens,
+    output_tokens_details: { reasoning_tokens: 0 },
+    total_tokens: usage.prompt_tokens + usage.completion_tokens,
+  };
+}
+
+export const messageItem = (id: string, text: string, status: string): Item => ({
+  type: 'message',
+  id,
+  status,
+  role: 'assistant',
+  content: [{ type: 'output_text', text, annotations: [], logprobs: [] }],
+});
+
+export const functionCallItem = (
+  id: string,
+  call: { id?: unknown; function?: { name?: unknown; arguments?: unknown } },
+  status: string,
+): Item => ({
+  type: 'function_call',
+  id,
+  call_id: typeof call.id === 'string' && call.id !== '' ? call.id : `call_${id.slice(3, 27)}`,
+  name: String(call.function?.name ?? ''),
+  arguments: String(call.function?.arguments ?? ''),
+  status,
+});
+
+/** The assistant's message as output items: its text as a message, then each tool call. */
+export function outputItems(message: ChatMessage | undefined, status = 'completed'): Item[] {
+  if (!message) return [];
+  const items: Item[] = [];
+  const text = typeof message.content === 'string' ? message.content : '';
+  const calls = Array.isArray(message.tool_calls) ? message.tool_calls : [];
+  if (text !== '' || calls.length === 0) items.push(messageItem(itemId('msg'), text, status));
+  for (const call of calls) items.push(functionCallItem(itemId('fc'), call, status));
+  return items;
+}
+
+/** How a chat finish reason ends a response: `length` and `content_filter` leave it incomplete. */
+export function endOf(finishReason: string | null | undefined): {
+  status: 'completed' | 'incomplete';
+  incomplete: { reason: string } | null;
+} {
+  if (finishReason === 'length') return { status: 'incomplete', incomplete: { reason: 'max_output_tokens' } };
+  if (finishReason === 'content_filter')
+    return { status: 'incomplete', incomplete: { reason: 'content_filter' } };
+  return { status: 'completed', incomplete: null };
+}
+
+/**
+ * A Kiln job failure as the Response object's `error`: OpenAI's codes are few (`server_error`,
+ * `invalid_prompt`, …), so the code is the nearest of them and the message starts with Kiln's own.
+ */
+export function responseError(code: string, message: string): { code: string; message: string } {
+  const openai = code === 'engine-rejected' ? 'invalid_prompt' : 'server_error';
+  return { code: openai, message: `${code}: ${message}` };
+}

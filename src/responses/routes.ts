@@ -1,0 +1,257 @@
+import { Type } from '@sinclair/typebox';
+import type { FastifyInstance } from 'fastify';
+import type { AppDeps } from '../api/app.js';
+import { checkModelAndContexts } from '../api/chat.js';
+import { type StreamFormat, streamJob } from '../api/stream.js';
+import { checkWebhook, submitJob } from '../api/submit.js';
+import { parseDuration } from '../config/schema.js';
+import { KilnError, notFound, validationError } from '../errors.js';
+import type { JobKind } from '../jobs/kinds.js';
+import { parseJobId } from '../jobs/present.js';
+import { isTerminal } from '../jobs/service.js';
+import type { JobRow } from '../store/types.js';
+import { frame } from './events.js';
+import { chatFields, inputItems, Problems } from './input.js';
+import { inputItemsOf, RESPONSE_PREFIX, responseOf } from './present.js';
+import { ResponseBody, type ResponseEcho, type ResponseJobRequest } from './schema.js';
+
+/** Fields of OpenAI's request that ask for what Kiln does not have: refused rather than ignored. */
+const REFUSED: Record<string, string> = {
+  conversation:
+    'the Conversations API is not available on Kiln; continue a conversation with previous_response_id',
+  prompt: 'stored prompt templates are not available on Kiln; send the instructions and input themselves',
+};
+
+const TERMINAL_EVENTS = /^event: response\.(completed|incomplete|failed)\n/;
+
+/**
+ * Responses streams: each part is a whole event already. A response that ended without its own
+ * terminal event (cancelled, timed out, its worker lost) ends with an `error` event.
+ */
+function responsesFormat(): StreamFormat {
+  let sent = 0;
+  let ended = false;
+  return {
+    part(data) {
+      sent++;
+      if (TERMINAL_EVENTS.test(data)) ended = true;
+      return data;
+    },
+    end(_job, error) {
+      if (ended || !error) return '';
+      const body = error.toBody();
+      return frame({
+        type: 'error',
+        code: body.code,
+        message: body.message,
+        param: body.param ?? null,
+        sequence_number: sent,
+      });
+    },
+  };
+}
+
+const ListQuery = Type.Object(
+  {
+    limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 100, default: 20 })),
+    order: Type.Optional(Type.Union([Type.Literal('asc'), Type.Literal('desc')], { default: 'desc' })),
+    after: Type.Optional(Type.String({ maxLength: 128 })),
+    include: Type.Optional(Type.Union([Type.String(), Type.Array(Type.String())])),
+  },
+  { additionalProperties: false },
+);
+
+const RetrieveQuery = Type.Object(
+  {
+    stream: Type.Optional(Type.Boolean()),
+    starting_after: Type.Optional(Type.Integer({ minimum: -1 })),
+    include: Type.Optional(Type.Union([Type.String(), Type.Array(Type.String())])),
+    include_obfuscation: Type.Optional(Type.Boolean()),
+  },
+  { additionalProperties: false },
+);
+
+/** `POST /v1/responses` and the stored response's retrieve, cancel, delete and input items. */
+export function responseRoutes(app: FastifyInstance, deps: AppDeps): void {
+  const kind = deps.jobs.kinds.get('response') as JobKind;
+  const syncTimeoutMs = parseDuration(deps.config.jobs.sync_timeout);
+  const { store } = deps;
+
+  /** The organisation's stored response: 404 for another's, a deleted one, or one made with `store: false`. */
+  async function find(orgId: string, publicId: string, param?: string): Promise<JobRow> {
+    const parsed = parseJobId(publicId);
+    const job = parsed ? await store.jobs.get(orgId, parsed.id) : undefined;
+    const stored =
+      job &&
+      job.kind === 'response' &&
+      (parsed?.prefix === undefined || parsed.prefix === RESPONSE_PREFIX) &&
+      (job.expires_at ?? Infinity) > Date.now() &&
+      (JSON.parse(job.request) as ResponseJobRequest).echo?.store !== false;
+    if (!job || !stored) {
+      const error = notFound('response', publicId);
+      throw param ? new KilnError('not-found', error.message, { param }) : error;
+    }
+    return job;
+  }
+
+  app.post<{ Body: ResponseBody }>(
+    '/v1/responses',
+    { schema: { body: ResponseBody } },
+    async (request, reply) => {
+      const body = request.body;
+      const orgId = request.auth.org_id;
+      const problems = new Problems();
+      for (const [field, why] of Object.entries(REFUSED)) {
+        if ((body as Record<string, unknown>)[field] != null) problems.add(field, 'unsupported', why);
+      }
+      const input = inputItems(body.input, problems);
+      const chat = chatFields(body, problems);
+      const background = body.background === true;
+      const stream = body.stream === true;
+      const keep = body.store !== false;
+      if (background && !keep)
+        problems.add('store', 'conflict', 'a background response is stored: background needs store true');
+      if (body.webhook && stream && !background) {
+        problems.add(
+          'webhook',
+          'mode',
+          'a stream is answered as it runs; a webhook needs background: true or a response that does not stream',
+        );
+      }
+      problems.throwIfAny();
+      const contexts = body.contexts ?? [];
+      await checkModelAndContexts(deps, orgId, body.model, contexts);
+      let previous: string | null = null;
+      if (body.previous_response_id) {
+        const prior = await find(orgId, body.previous_response_id, 'previous_response_id');
+        if (prior.status !== 'completed') {
+          throw validationError([
+            {
+              field: 'previous_response_id',
+              rule: 'state',
+              message: `response ${body.previous_response_id} is ${responseOf(prior).status}; only a finished response can be continued`,
+            },
+          ]);
+        }
+        previous = prior.id;
+      }
+      const echo: ResponseEcho = {
+        background,
+        store: keep,
+        stream,
+        instructions: body.instructions ?? null,
+        max_output_tokens: body.max_output_tokens ?? null,
+        metadata: body.metadata ?? {},
+        parallel_tool_calls: body.parallel_tool_calls ?? true,
+        previous_response_id: body.previous_response_id ?? null,
+        temperature: body.temperature ?? null,
+        top_p: body.top_p ?? null,
+        text: { format: body.text?.format ?? { type: 'text' } },
+        tool_choice: body.tool_choice ?? 'auto',
+        tools: (body.tools ?? []).map((tool) => ({
+          strict: null,
+          description: null,
+          parameters: null,
+          ...tool,
+        })),
+        user: body.user ?? null,
+      };
+      const job: ResponseJobRequest = {
+        model: body.model,
+        contexts,
+        input,
+        instructions: body.instructions ?? null,
+        previous,
+        chat,
+        echo,
+      };
+      if (stream) {
+        await checkWebhook(deps, orgId, body.webhook);
+        return streamJob(request, reply, deps.jobs, {
+          kind,
+          request: job,
+          format: responsesFormat,
+          mode: background ? 'async' : 'stream',
+          webhook: body.webhook,
+        });
+      }
+      return submitJob(
+        request,
+        reply,
+        { jobs: deps.jobs, policy: deps.policy, syncTimeoutMs },
+        {
+          kind,
+          mode: background ? 'async' : 'sync',
+          request: job,
+          webhook: body.webhook,
+          accepted: (row) => ({ status: 200, body: responseOf(row) }),
+        },
+      );
+    },
+  );
+
+  app.get<{ Params: { id: string }; Querystring: { stream?: boolean } }>(
+    '/v1/responses/:id',
+    { schema: { querystring: RetrieveQuery } },
+    async (request) => {
+      const job = await find(request.auth.org_id, request.params.id);
+      if (request.query.stream) {
+        throw validationError([
+          {
+            field: 'stream',
+            rule: 'unsupported',
+            message: 'resuming a response’s event stream is not available yet; retrieve it without stream',
+          },
+        ]);
+      }
+      return responseOf(job);
+    },
+  );
+
+  app.post<{ Params: { id: string } }>('/v1/responses/:id/cancel', async (request) => {
+    const orgId = request.auth.org_id;
+    const job = await find(orgId, request.params.id);
+    if (!(JSON.parse(job.request) as ResponseJobRequest).echo.background) {
+      throw validationError([
+        {
+          field: 'response_id',
+          rule: 'background',
+          message:
+            'only a background response can be cancelled; a response in the foreground ends when its caller goes away',
+        },
+      ]);
+    }
+    if (job.status === 'cancelled') return responseOf(job);
+    return responseOf(await deps.jobs.cancel(orgId, job.id));
+  });
+
+  app.delete<{ Params: { id: string } }>('/v1/responses/:id', async (request) => {
+    const orgId = request.auth.org_id;
+    const job = await find(orgId, request.params.id);
+    if (!isTerminal(job.status)) await deps.jobs.cancel(orgId, job.id).catch(() => undefined);
+    await store.jobs.forget(orgId, job.id, Date.now());
+    return { id: `${RESPONSE_PREFIX}${job.id}`, object: 'response', deleted: true };
+  });
+
+  app.get<{
+    Params: { id: string };
+    Querystring: { limit?: number; order?: 'asc' | 'desc'; after?: string };
+  }>('/v1/responses/:id/input_items', { schema: { querystring: ListQuery } }, async (request) => {
+    const job = await find(request.auth.org_id, request.params.id);
+    const { limit = 20, order = 'desc', after } = request.query;
+    let items = inputItemsOf(job.id, JSON.parse(job.request) as ResponseJobRequest);
+    if (order === 'desc') items = items.reverse();
+    if (after !== undefined) {
+      const at = items.findIndex((item) => item.id === after);
+      items = at === -1 ? [] : items.slice(at + 1);
+    }
+    const data = items.slice(0, limit);
+    return {
+      object: 'list',
+      data,
+      has_more: items.length > limit,
+      first_id: data[0]?.id ?? null,
+      last_id: data.at(-1)?.id ?? null,
+    };
+  });
+}
