@@ -66,8 +66,9 @@ export function responseObject(state: ResponseState, echo: ResponseEcho): Record
     tools: echo.tools,
     top_p: echo.top_p,
     truncation: 'disabled',
-    usage: state.usage ?? null,
-    user: echo.user,
+    // Neither is nullable in OpenAI's schema: absent until known, or when not given.
+    ...(state.usage ? { usage: state.usage } : {}),
+    ...(echo.user === null ? {} : { user: echo.user }),
     metadata: echo.metadata,
   };
 }
