@@ -20,11 +20,17 @@ const ITEM_PREFIX: Record<string, string> = {
  */
 export function inputItemsOf(uuid: string, request: ResponseJobRequest): Item[] {
   const hex = uuid.replaceAll('-', '');
-  return request.input.map((item, i) =>
-    item.id
-      ? item
-      : { ...item, id: `${ITEM_PREFIX[item.type] ?? 'item'}_${hex}${i.toString(16).padStart(4, '0')}` },
-  );
+  return request.input.map((item, i) => {
+    const id = item.id ?? `${ITEM_PREFIX[item.type] ?? 'item'}_${hex}${i.toString(16).padStart(4, '0')}`;
+    if (item.type !== 'message') return { status: 'completed', ...item, id };
+    // An assistant message is listed as the output message it was; an image part with its detail.
+    const parts = (item.content as Array<Record<string, unknown>>).map((part) => {
+      if (part.type === 'output_text') return { annotations: [], logprobs: [], ...part };
+      if (part.type === 'input_image') return { detail: 'auto', ...part };
+      return part;
+    });
+    return { ...item, id, ...(item.role === 'assistant' ? { status: 'completed' } : {}), content: parts };
+  });
 }
 
 const STATUS: Record<JobRow['status'], ResponseStatus> = {
