@@ -1,61 +1,245 @@
-import OpenAI from 'openai';
+import { setTimeout as sleep } from 'node:timers/promises';
+import OpenAI, { type APIError } from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { LlmSim } from '../../src/sim/llm/server.js';
-import { closeAll, engine, simPool } from '../chat/fleet.js';
-import { startTestServer, type TestServer } from '../helpers/server.js';
+import { countTokens, renderChatPrompt } from '../../src/sim/llm/text.js';
+import {
+  expectValidInputItemList,
+  expectValidResponse,
+  expectValidStreamEvent,
+} from '../helpers/openai-schema.js';
 import { storeCases } from '../helpers/stores.js';
+import { expectEngineStopped, type ResponsesFleet, startResponsesFleet, until } from './fleet.js';
+
+/**
+ * The Responses API as OpenAI's own client sees it, over HTTP, on every store. The simulated engine
+ * reports prompt tokens of the chat template it rendered (`<|role|>content\n` a message), with a
+ * tokenizer the tests can run too: so a prompt token count proves what the engine was sent. Every
+ * Response object and stream event received is held to OpenAI's published schemas.
+ */
+
+/** The response, once it has been checked against OpenAI's Response schema. */
+async function valid(answer: Promise<OpenAI.Responses.Response>): Promise<OpenAI.Responses.Response> {
+  const response = await answer;
+  expectValidResponse(response);
+  return response;
+}
+
+/** Prompt tokens the simulated engine counts for these messages. */
+const promptTokens = (messages: Array<{ role: string; content: string }>) =>
+  countTokens(renderChatPrompt(messages));
+
+/** The response's usage, which a finished response always has. */
+function usageOf(response: OpenAI.Responses.Response): OpenAI.Responses.ResponseUsage {
+  expect(response.usage).toEqual(expect.objectContaining({ input_tokens: expect.any(Number) }));
+  return response.usage as OpenAI.Responses.ResponseUsage;
+}
+
+/** Every event of a stream, in order. */
+async function eventsOf(stream: AsyncIterable<OpenAI.Responses.ResponseStreamEvent>) {
+  const events: OpenAI.Responses.ResponseStreamEvent[] = [];
+  for await (const event of stream) {
+    expectValidStreamEvent(event);
+    events.push(event);
+  }
+  return events;
+}
 
 describe.each(storeCases)('the Responses API with the openai client ($name)', (storeCase) => {
-  let kiln: TestServer;
-  let sims: LlmSim[];
+  let fleet: ResponsesFleet;
   let client: OpenAI;
+  let key: string;
 
   beforeAll(async () => {
     if (storeCase.skip) return;
-    sims = await simPool(1);
-    // The simulated model stops at the end of its first sentence, as a model that ends its answer.
-    kiln = await startTestServer(storeCase, {
-      engines: { pool: engine('unique', sims) },
-      personas: { brief: { model: 'm', defaults: { stop: ['.'] } } },
-    });
-    client = new OpenAI({ baseURL: `${kiln.url}/v1`, apiKey: kiln.adminKey, maxRetries: 0 });
+    fleet = await startResponsesFleet(storeCase);
+    ({ client, key } = await fleet.client());
   });
   afterAll(async () => {
-    await kiln?.close();
-    await closeAll(sims ?? []);
+    await fleet?.close();
   });
 
-  it.skipIf(storeCase.skip)('responses.create answers output_text, and previous_response_id continues the conversation', async () => {
-    const first = await client.responses.create({ model: 'm', input: 'Name a glaze.', max_output_tokens: 12 });
-    expect(first.object).toBe('response');
-    expect(first.id).toMatch(/^resp_/);
-    expect(first.status).toBe('incomplete');
-    expect(first.output_text.length).toBeGreaterThan(0);
-    const second = await client.responses.create({
-      model: 'm',
-      input: 'And another?',
-      previous_response_id: first.id,
-      max_output_tokens: 12,
-    });
-    expect(second.previous_response_id).toBe(first.id);
-    expect(second.usage?.input_tokens).toBeGreaterThan(
-      (first.usage?.input_tokens ?? 0) + (first.usage?.output_tokens ?? 0),
-    );
+  it.skipIf(storeCase.skip)(
+    'responses.create answers output_text; previous_response_id sends the engine the first turn, and input_items lists only the second',
+    async () => {
+      const first = await valid(
+        client.responses.create({ model: 'm', input: 'Name a glaze.', max_output_tokens: 12 }),
+      );
+      expect(first).toMatchObject({ object: 'response', status: 'incomplete', previous_response_id: null });
+      expect(first.id).toMatch(/^resp_/);
+      expect(first.output_text.length).toBeGreaterThan(0);
+      const firstUsage = usageOf(first);
+      expect(firstUsage).toMatchObject({ output_tokens: 12, total_tokens: firstUsage.input_tokens + 12 });
+      expect(firstUsage.input_tokens).toBe(promptTokens([{ role: 'user', content: 'Name a glaze.' }]));
+
+      const second = await valid(
+        client.responses.create({
+          model: 'm',
+          input: 'And another?',
+          previous_response_id: first.id,
+          max_output_tokens: 12,
+        }),
+      );
+      expect(second.previous_response_id).toBe(first.id);
+      expect(second.output_text.length).toBeGreaterThan(0);
+      const secondInput = usageOf(second).input_tokens;
+      expect(secondInput).toBeGreaterThan(firstUsage.input_tokens + firstUsage.output_tokens);
+      // Exactly the first turn's question and answer, then the second question: nothing else, nothing lost.
+      expect(secondInput).toBe(
+        promptTokens([
+          { role: 'user', content: 'Name a glaze.' },
+          { role: 'assistant', content: first.output_text },
+          { role: 'user', content: 'And another?' },
+        ]),
+      );
+
+      const items = await client.get<OpenAI.Responses.ResponseItemList>(
+        `/responses/${second.id}/input_items`,
+        { query: { order: 'asc' } },
+      );
+      expectValidInputItemList(items);
+      expect(items.data).toHaveLength(1);
+      expect(items.data[0]).toMatchObject({
+        type: 'message',
+        role: 'user',
+        content: [{ type: 'input_text', text: 'And another?' }],
+      });
+      expect(items.data[0]?.id).toMatch(/^msg_/);
+    },
+  );
+
+  it.skipIf(storeCase.skip)(
+    'a stream yields every lifecycle event, numbered 0, 1, 2… without a gap, and its deltas are the completed output_text',
+    async () => {
+      const events = await eventsOf(
+        await client.responses.create({ model: 'brief', input: 'Say something.', stream: true }),
+      );
+      expect(events.map((e) => e.sequence_number)).toEqual(events.map((_, i) => i));
+      const deltas = events.filter((e) => e.type === 'response.output_text.delta');
+      expect(deltas.length).toBeGreaterThan(1);
+      expect(events.map((e) => e.type)).toEqual([
+        'response.created',
+        'response.in_progress',
+        'response.output_item.added',
+        'response.content_part.added',
+        ...deltas.map(() => 'response.output_text.delta'),
+        'response.output_text.done',
+        'response.content_part.done',
+        'response.output_item.done',
+        'response.completed',
+      ]);
+      const text = deltas.map((e) => e.delta).join('');
+      const completed = events.at(-1) as OpenAI.Responses.ResponseCompletedEvent;
+      expect(completed.response.status).toBe('completed');
+      expect(completed.response.output_text).toBe(text);
+      const itemId = completed.response.output[0]?.id;
+      for (const e of events) if ('item_id' in e) expect(e.item_id).toBe(itemId);
+      expect(events.find((e) => e.type === 'response.output_text.done')).toMatchObject({ text });
+      expect(events.find((e) => e.type === 'response.output_item.done')).toMatchObject({
+        item: { id: itemId, type: 'message', status: 'completed', content: [{ type: 'output_text', text }] },
+      });
+      // What the stream ended with is what is stored.
+      expect(await valid(client.responses.retrieve(completed.response.id))).toEqual(completed.response);
+    },
+  );
+
+  it.skipIf(storeCase.skip)(
+    'background: answered queued at once, retrieve reaches completed, and the same job is in /v1/jobs',
+    async () => {
+      const accepted = await valid(
+        client.responses.create({ model: 'brief', input: 'Name a glaze.', background: true }),
+      );
+      expect(['queued', 'in_progress']).toContain(accepted.status);
+      expect(accepted).toMatchObject({ background: true, output: [], completed_at: null });
+      expect(accepted.usage ?? null).toBeNull();
+      await until(
+        async () => (await valid(client.responses.retrieve(accepted.id))).status === 'completed',
+        5000,
+        'the background response finishing',
+      );
+      const done = await valid(client.responses.retrieve(accepted.id));
+      expect(done.output_text.length).toBeGreaterThan(0);
+      expect(done.usage?.output_tokens).toBeGreaterThan(0);
+
+      const job = await fleet.kiln.call('GET', `/v1/jobs/${accepted.id}`, { key });
+      expect(job.status).toBe(200);
+      expect(job.body).toMatchObject({
+        id: accepted.id,
+        object: 'job',
+        kind: 'response',
+        status: 'completed',
+      });
+      expect(job.body.result).toEqual(done);
+      const list = await fleet.kiln.call('GET', '/v1/jobs?kind=response&limit=100', { key });
+      expect(list.body.data.map((j: { id: string }) => j.id)).toContain(accepted.id);
+      expect(list.body.data.every((j: { kind: string }) => j.kind === 'response')).toBe(true);
+    },
+  );
+
+  it.skipIf(storeCase.skip)(
+    'responses.cancel stops a running background response, and the engine stops generating',
+    async () => {
+      const MAX = 2000;
+      const before = fleet.slow.stats().generationTokens;
+      const accepted = await valid(
+        client.responses.create({
+          model: 'slow',
+          input: 'Tell me a long story.',
+          background: true,
+          max_output_tokens: MAX,
+        }),
+      );
+      await until(() => fleet.slow.stats().generationTokens - before >= 10, 5000, 'generation under way');
+      expect((await valid(client.responses.retrieve(accepted.id))).status).toBe('in_progress');
+
+      const cancelled = await valid(client.responses.cancel(accepted.id));
+      expect(cancelled).toMatchObject({ id: accepted.id, status: 'cancelled', error: null });
+      const generated = (await expectEngineStopped(fleet.slow)) - before;
+      expect(generated).toBeGreaterThanOrEqual(10);
+      expect(generated).toBeLessThan(MAX / 10);
+      await sleep(200);
+      expect((await valid(client.responses.retrieve(accepted.id))).status).toBe('cancelled');
+      // Cancelling again answers the same cancelled response.
+      expect((await valid(client.responses.cancel(accepted.id))).status).toBe('cancelled');
+    },
+  );
+
+  it.skipIf(storeCase.skip)('cancelling a response that is not a background one is a 400', async () => {
+    const done = await valid(client.responses.create({ model: 'brief', input: 'Say something.' }));
+    const refused = await client.responses.cancel(done.id).catch((e: unknown) => e);
+    expect(refused).toBeInstanceOf(OpenAI.BadRequestError);
+    expect((refused as APIError).message).toMatch(/background/);
+    expect((await valid(client.responses.retrieve(done.id))).status).toBe('completed');
   });
 
-  it.skipIf(storeCase.skip)('responses.create with stream yields created, deltas and completed', async () => {
-    const stream = await client.responses.create({ model: 'brief', input: 'Say something.', stream: true });
-    const types: string[] = [];
-    let text = '';
-    let completed: OpenAI.Responses.Response | undefined;
-    for await (const event of stream) {
-      types.push(event.type);
-      if (event.type === 'response.output_text.delta') text += event.delta;
-      if (event.type === 'response.completed') completed = event.response;
-    }
-    expect(types[0]).toBe('response.created');
-    expect(types).toContain('response.output_text.delta');
-    expect(types.at(-1)).toBe('response.completed');
-    expect(completed?.output_text).toBe(text);
-  });
+  it.skipIf(storeCase.skip)(
+    'responses.delete: the response, its input items and its job are gone; the usage ledger still counts it once',
+    async () => {
+      const { client: own, key: ownKey } = await fleet.client();
+      const response = await valid(own.responses.create({ model: 'brief', input: 'Say something.' }));
+      await own.responses.delete(response.id);
+
+      await expect(own.responses.retrieve(response.id)).rejects.toBeInstanceOf(OpenAI.NotFoundError);
+      await expect(own.responses.inputItems.list(response.id)).rejects.toBeInstanceOf(OpenAI.NotFoundError);
+      const continued = await own.responses
+        .create({ model: 'brief', input: 'And then?', previous_response_id: response.id })
+        .catch((e: unknown) => e);
+      expect(continued).toBeInstanceOf(OpenAI.NotFoundError);
+      expect((continued as APIError).param).toBe('previous_response_id');
+      await expect(own.responses.delete(response.id)).rejects.toBeInstanceOf(OpenAI.NotFoundError);
+
+      const job = await fleet.kiln.call('GET', `/v1/jobs/${response.id}`, { key: ownKey });
+      expect(job.status).toBe(410);
+      expect(job.body.error.code).toBe('job-expired');
+      const usage = await fleet.kiln.call('GET', '/api/v1/usage', { key: ownKey });
+      expect(usage.body.data).toEqual([
+        expect.objectContaining({
+          kind: 'response',
+          jobs: 1,
+          completed: 1,
+          input_units: response.usage?.input_tokens,
+          output_units: response.usage?.output_tokens,
+        }),
+      ]);
+    },
+  );
 });

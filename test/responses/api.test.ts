@@ -1,0 +1,170 @@
+import { randomUUID } from 'node:crypto';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import {
+  expectValidDeletedResponse,
+  expectValidInputItemList,
+  expectValidResponse,
+} from '../helpers/openai-schema.js';
+import type { TestServer } from '../helpers/server.js';
+import { storeCases } from '../helpers/stores.js';
+import { type ResponsesFleet, startResponsesFleet, until } from './fleet.js';
+
+/** The Responses API over plain HTTP, on every store: one organisation's responses, and refusals. */
+describe.each(storeCases)('the Responses API over HTTP ($name)', (storeCase) => {
+  let fleet: ResponsesFleet;
+
+  beforeAll(async () => {
+    if (storeCase.skip) return;
+    fleet = await startResponsesFleet(storeCase);
+  });
+  afterAll(async () => {
+    await fleet?.close();
+  });
+
+  /** An answer whose body, when it is a 200, is held to OpenAI's schema for it. */
+  const checked = async (
+    answer: ReturnType<TestServer['call']>,
+    expectValid: (body: unknown) => void,
+  ): ReturnType<TestServer['call']> => {
+    const got = await answer;
+    if (got.status === 200) expectValid(got.body);
+    return got;
+  };
+  const create = (key: string, body: Record<string, unknown>) =>
+    checked(fleet.kiln.call('POST', '/v1/responses', { key, body }), expectValidResponse);
+  const retrieve = (key: string, id: string) =>
+    checked(fleet.kiln.call('GET', `/v1/responses/${id}`, { key }), expectValidResponse);
+  const inputItems = (key: string, id: string) =>
+    checked(fleet.kiln.call('GET', `/v1/responses/${id}/input_items`, { key }), expectValidInputItemList);
+
+  /** A 404 as for a response that never existed: the error says nothing of the other organisation's. */
+  const notFound = (id: string, param: string | null = null) => ({
+    status: 404,
+    body: {
+      error: {
+        type: 'not_found_error',
+        code: 'not-found',
+        message: `no response '${id}' in this organisation`,
+        param,
+      },
+    },
+  });
+
+  it.skipIf(storeCase.skip)(
+    "another organisation's key gets a 404 for everything about a response, which stays as it was",
+    async () => {
+      const owner = (await fleet.client()).key;
+      const other = await fleet.kiln.key('other-org');
+      const done = await create(owner, { model: 'brief', input: 'Say something.' });
+      expect(done.status).toBe(200);
+      const id = done.body.id as string;
+      const items = await inputItems(owner, id);
+      // A background response still running: a cancel or delete that got through would end it.
+      const running = (
+        await create(owner, { model: 'slow', input: 'Hi.', background: true, max_output_tokens: 30 })
+      ).body.id as string;
+      await until(
+        async () => (await retrieve(owner, running)).body.status === 'in_progress',
+        5000,
+        'the run',
+      );
+
+      expect(await retrieve(other, id)).toMatchObject(notFound(id));
+      expect(await inputItems(other, id)).toMatchObject(notFound(id));
+      expect(await fleet.kiln.call('DELETE', `/v1/responses/${id}`, { key: other })).toMatchObject(
+        notFound(id),
+      );
+      expect(
+        await create(other, { model: 'brief', input: 'And then?', previous_response_id: id }),
+      ).toMatchObject(notFound(id, 'previous_response_id'));
+      expect(await fleet.kiln.call('POST', `/v1/responses/${running}/cancel`, { key: other })).toMatchObject(
+        notFound(running),
+      );
+      expect(await fleet.kiln.call('DELETE', `/v1/responses/${running}`, { key: other })).toMatchObject(
+        notFound(running),
+      );
+      expect((await fleet.kiln.call('GET', `/v1/jobs/${id}`, { key: other })).status).toBe(404);
+      // The same answer as for an id nobody has.
+      const nobodys = `resp_${randomUUID()}`;
+      expect(await retrieve(other, nobodys)).toMatchObject(notFound(nobodys));
+
+      expect(await retrieve(owner, id)).toEqual({ ...done, headers: expect.anything() });
+      expect((await inputItems(owner, id)).body).toEqual(items.body);
+      await until(
+        async () => (await retrieve(owner, running)).body.status !== 'in_progress',
+        5000,
+        'the end',
+      );
+      expect((await retrieve(owner, running)).body).toMatchObject({ status: 'incomplete', error: null });
+    },
+  );
+
+  it.skipIf(storeCase.skip)('DELETE answers the deletion object; a second DELETE is a 404', async () => {
+    const { key } = await fleet.client();
+    const { id } = (await create(key, { model: 'brief', input: 'Say something.' })).body as { id: string };
+    const deleted = await fleet.kiln.call('DELETE', `/v1/responses/${id}`, { key });
+    expect(deleted.status).toBe(200);
+    expect(deleted.body).toEqual({ id, object: 'response', deleted: true });
+    expectValidDeletedResponse(deleted.body);
+    expect(await fleet.kiln.call('DELETE', `/v1/responses/${id}`, { key })).toMatchObject(notFound(id));
+  });
+
+  const weather = {
+    type: 'function',
+    name: 'get_weather',
+    parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] },
+  };
+  const refusals: Array<[string, Record<string, unknown>, string, string, RegExp]> = [
+    [
+      'an OpenAI hosted tool, by name',
+      { tools: [{ type: 'web_search' }] },
+      'tools[0].type',
+      'unsupported',
+      /'web_search' is one of OpenAI's hosted tools/,
+    ],
+    ['a conversation', { conversation: 'conv_123' }, 'conversation', 'unsupported', /previous_response_id/],
+    [
+      'an input item of an unknown type',
+      { input: [{ type: 'telepathy', content: 'hi' }] },
+      'input[0].type',
+      'unsupported',
+      /'telepathy'/,
+    ],
+    [
+      'a background response not stored',
+      { background: true, store: false },
+      'store',
+      'conflict',
+      /background needs store true/,
+    ],
+    [
+      'a tool_choice naming a function not among the tools',
+      { tools: [weather], tool_choice: { type: 'function', name: 'get_time' } },
+      'tool_choice.name',
+      'exists',
+      /'get_time'/,
+    ],
+  ];
+
+  it.skipIf(storeCase.skip).each(refusals)(
+    'refuses %s with a 400 naming the field',
+    async (_what, fields, param, rule, message) => {
+      const { key } = await fleet.client();
+      const requests = fleet.quick.stats().requests;
+      const refused = await create(key, { model: 'm', input: 'What is the weather in Lyon?', ...fields });
+      expect(refused.status).toBe(400);
+      expect(refused.body).toEqual({
+        error: {
+          type: 'invalid_request_error',
+          code: 'validation-failed',
+          message: expect.stringMatching(message),
+          param,
+          details: [expect.objectContaining({ field: param, rule, message: expect.stringMatching(message) })],
+        },
+      });
+      // Nothing ran: no job, no request to the engine.
+      expect((await fleet.kiln.call('GET', '/v1/jobs', { key })).body.data).toEqual([]);
+      expect(fleet.quick.stats().requests).toBe(requests);
+    },
+  );
+});

@@ -1,0 +1,73 @@
+import { setTimeout as sleep } from 'node:timers/promises';
+import OpenAI from 'openai';
+import { expect } from 'vitest';
+import type { LlmSim } from '../../src/sim/llm/server.js';
+import { closeAll, engine, simPool } from '../chat/fleet.js';
+import { startTestServer, type TestServer } from '../helpers/server.js';
+import type { StoreCase } from '../helpers/stores.js';
+
+/**
+ * The Responses tests' Kiln: model `m` on a quick simulated replica (1 ms a token), model `slow`
+ * on one that decodes 50 ms a token, so a response can be caught while it runs; persona `brief`
+ * stops at the end of its first sentence, as a model that ends its answer.
+ */
+export interface ResponsesFleet {
+  kiln: TestServer;
+  quick: LlmSim;
+  slow: LlmSim;
+  /** The openai client of a new organisation, so that its jobs and usage are the test's alone. */
+  client(org?: string): Promise<{ client: OpenAI; key: string }>;
+  close(): Promise<void>;
+}
+
+export async function startResponsesFleet(storeCase: StoreCase): Promise<ResponsesFleet> {
+  const [quick] = (await simPool(1)) as [LlmSim];
+  const [slow] = (await simPool(1, { decodeMsPerToken: 50 })) as [LlmSim];
+  const kiln = await startTestServer(storeCase, {
+    engines: {
+      quick: engine('unique', [quick]),
+      slow: engine('unique', [slow], { models: { slow: 'sim-model' } }),
+    },
+    personas: { brief: { model: 'm', defaults: { stop: ['.'] } } },
+    'jobs.poll_interval_ms': 100,
+  });
+  return {
+    kiln,
+    quick,
+    slow,
+    async client(org = `org-${Math.random().toString(36).slice(2)}`) {
+      const key = await kiln.key(org);
+      return { client: new OpenAI({ baseURL: `${kiln.url}/v1`, apiKey: key, maxRetries: 0 }), key };
+    },
+    async close() {
+      await kiln.close();
+      await closeAll([quick, slow]);
+    },
+  };
+}
+
+/** Waits (polling) until `condition` holds; fails after `timeoutMs`. */
+export async function until(
+  condition: () => boolean | Promise<boolean>,
+  timeoutMs: number,
+  what: string,
+): Promise<void> {
+  const started = performance.now();
+  while (!(await condition())) {
+    if (performance.now() - started > timeoutMs) throw new Error(`${what}: not within ${timeoutMs} ms`);
+    await sleep(10);
+  }
+}
+
+/** The replica lets go of every request within 1 s, and its generation counter then stands still. */
+export async function expectEngineStopped(sim: LlmSim): Promise<number> {
+  await until(
+    () => sim.stats().running === 0 && sim.stats().waiting === 0,
+    1000,
+    'the replica freeing the slot',
+  );
+  const stopped = sim.stats().generationTokens;
+  await sleep(300);
+  expect(sim.stats().generationTokens).toBe(stopped);
+  return stopped;
+}
