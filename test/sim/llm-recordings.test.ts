@@ -134,28 +134,62 @@ describe('the llama.cpp flavor against recordings of llama-server b11669', () =>
   });
   afterAll(async () => sim?.close());
 
-  it.each([
-    'chat-sync.json',
-    'chat-n2.json',
-    'chat-json-schema.json',
-    'chat-tools.json',
-    'chat-tools-required.json',
-  ])('%s: the same status, headers and body structure', async (file) => {
-    const exchange: Exchange = recording(file);
-    const body = expectSameJson(await send(sim, exchange.request), exchange.response);
+  it.each(['chat-sync.json', 'chat-n2.json', 'chat-json-schema.json', 'chat-tools.json'])(
+    '%s: the same status, headers and body structure',
+    async (file) => {
+      const exchange: Exchange = recording(file);
+      const body = expectSameJson(await send(sim, exchange.request), exchange.response);
+      const recorded = exchange.response.body as any;
+      expect(body.choices.map((c: any) => c.index)).toEqual(recorded.choices.map((c: any) => c.index));
+      expect(body.system_fingerprint).toMatch(/^b11669-/);
+      // usage and timings tell the same story, as in every recorded answer.
+      for (const answer of [recorded, body]) {
+        expect(answer.usage.prompt_tokens_details.cached_tokens).toBe(answer.timings.cache_n);
+        expect(answer.timings.cache_n + answer.timings.prompt_n).toBe(answer.usage.prompt_tokens);
+        expect(answer.timings.predicted_n).toBe(answer.usage.completion_tokens);
+      }
+      // Not compared: the text, and so the finish reason of chat-json-schema (llama-server's grammar
+      // made it stop; the simulator ignores response_format and runs to max_tokens), and the tools
+      // (llama-server renders them into the prompt; the simulator does not). chat-tools asks "auto"
+      // and its message does not name get_weather, so neither called the tool.
+    },
+  );
+
+  it('chat-tools-required.json: the recorded envelope, with the call the recorded model could not make', async () => {
+    const exchange: Exchange = recording('chat-tools-required.json');
+    const answer = await send(sim, exchange.request);
+    expect(answer.status).toBe(exchange.response.status);
+    expectHeaders(answer, exchange.response.headers);
+    const body = JSON.parse(answer.text);
     const recorded = exchange.response.body as any;
-    expect(body.choices.map((c: any) => c.index)).toEqual(recorded.choices.map((c: any) => c.index));
-    expect(body.system_fingerprint).toMatch(/^b11669-/);
-    // usage and timings tell the same story, as in every recorded answer.
+    const envelope = ({ choices: _, ...rest }: any) => shape(rest);
+    expect(envelope(body)).toEqual(envelope(recorded));
     for (const answer of [recorded, body]) {
       expect(answer.usage.prompt_tokens_details.cached_tokens).toBe(answer.timings.cache_n);
-      expect(answer.timings.cache_n + answer.timings.prompt_n).toBe(answer.usage.prompt_tokens);
       expect(answer.timings.predicted_n).toBe(answer.usage.completion_tokens);
     }
-    // Not compared: the text, and so the finish reason of chat-json-schema (llama-server's grammar
-    // made it stop; the simulator ignores response_format and runs to max_tokens), and the tools
-    // (llama-server renders them into the prompt; the simulator ignores them — neither produced a
-    // tool call).
+    // The recorded server answered text: its model had random weights and llama-server found no
+    // tool-call syntax it could force (its README: "no tool-call parse was captured"). With a
+    // template it recognises, "required" makes llama-server constrain the output to a call, and the
+    // simulated model is such a model: it calls the only tool, on the city the user named.
+    expect(recorded.choices[0].message.tool_calls).toBeUndefined();
+    expect(body.choices).toEqual([
+      {
+        finish_reason: 'tool_calls',
+        index: 0,
+        message: {
+          role: 'assistant',
+          content: null,
+          tool_calls: [
+            {
+              type: 'function',
+              function: { name: 'get_weather', arguments: '{"city":"Paris"}' },
+              id: expect.stringMatching(/^[0-9A-Za-z]{32}$/),
+            },
+          ],
+        },
+      },
+    ]);
   });
 
   it('chat-n2.json: two choices, and usage that counts one of them, as llama-server does', async () => {

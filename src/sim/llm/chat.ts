@@ -4,6 +4,7 @@ import type { Fault } from './faults.js';
 import type { Flavor } from './flavor.js';
 import { readJson, sendError, sendJson } from './http.js';
 import {
+  type ChatRequest,
   type ChoiceOutcome,
   type Completion,
   isSimError,
@@ -14,6 +15,14 @@ import {
   sse,
 } from './protocol.js';
 import { applyStop, countTokens, generateTokens, renderChatPrompt } from './text.js';
+import {
+  type CallPlan,
+  type CallStep,
+  decodeCall,
+  firstSentenceLength,
+  planToolCall,
+  type ToolDialect,
+} from './tools.js';
 
 /** What a non-streaming request's engine does when its client goes away. */
 export type NonStreamDisconnect = 'ignore' | 'cancel';
@@ -40,7 +49,47 @@ function clientGone(res: ServerResponse): AbortSignal {
 interface Choice {
   /** The text of each token position (a position past a stop string sends nothing). */
   tokens: string[];
+  /** For a tool call, what each token position adds to it. */
+  steps?: CallStep[];
   outcome: ChoiceOutcome;
+}
+
+/**
+ * A text answer: `budget` tokens drawn from `key`, ended by a stop string, and — answering a
+ * tool's result — by the end of the model's first sentence (its end-of-turn token: "stop").
+ */
+function textChoice(key: string, index: number, budget: number, request: ChatRequest): Choice {
+  const drawn = generateTokens(key, budget);
+  const ended = request.messages.at(-1)?.role === 'tool' ? firstSentenceLength(drawn) : undefined;
+  const output = applyStop(ended === undefined ? drawn : drawn.slice(0, ended), request.stop);
+  const finishReason = ended !== undefined && output.stopString === undefined ? 'stop' : output.finishReason;
+  return {
+    tokens: output.tokens,
+    outcome: {
+      index,
+      text: output.tokens.join(''),
+      finishReason,
+      stopString: output.stopString,
+      completionTokens: output.generated,
+    },
+  };
+}
+
+/** A tool call in place of text (stop strings do not apply to it). */
+function callChoice(plan: CallPlan, dialect: ToolDialect, index: number, budget: number): Choice {
+  const { steps, call, finishReason } = decodeCall(plan, dialect, budget);
+  return {
+    tokens: steps.map(() => ''),
+    steps,
+    outcome: {
+      index,
+      text: '',
+      finishReason,
+      stopString: undefined,
+      completionTokens: steps.length,
+      ...(call ? { toolCall: call } : {}),
+    },
+  };
 }
 
 /** `POST /v1/chat/completions`, under the fault in force when the request arrived. */
@@ -71,22 +120,12 @@ export async function handleChat(
   // The answer depends on the model, the rendered prompt, the seed and the choice, nothing else;
   // choice 0 is the answer the same request with n = 1 gets.
   const key = `${settings.model}\u0000${prompt}\u0000${request.seed ?? ''}`;
-  const choices: Choice[] = Array.from({ length: request.n }, (_, index) => {
-    const output = applyStop(
-      generateTokens(index === 0 ? key : `${key}\u0000${index}`, budget),
-      request.stop,
-    );
-    return {
-      tokens: output.tokens,
-      outcome: {
-        index,
-        text: output.tokens.join(''),
-        finishReason: output.finishReason,
-        stopString: output.stopString,
-        completionTokens: output.generated,
-      },
-    };
-  });
+  const plan = planToolCall(request.messages, { tools: request.tools, choice: request.toolChoice });
+  const choices: Choice[] = Array.from({ length: request.n }, (_, index) =>
+    plan
+      ? callChoice(plan, flavor.tools, index, budget)
+      : textChoice(index === 0 ? key : `${key}\u0000${index}`, index, budget, request),
+  );
 
   const completion: Completion = {
     id: flavor.completionId(),
@@ -138,10 +177,17 @@ interface StreamJob {
 function stepTokens(choices: readonly Choice[], from: number, to: number): StepToken[] {
   const tokens: StepToken[] = [];
   for (let i = from; i < to; i++) {
-    for (const { tokens: texts, outcome } of choices) {
+    for (const { tokens: texts, steps, outcome } of choices) {
       if (i >= outcome.completionTokens) continue;
       const last = i === outcome.completionTokens - 1 ? outcome : undefined;
-      tokens.push({ index: outcome.index, text: texts[i] ?? '', first: i === 0, last });
+      const call = steps?.[i];
+      tokens.push({
+        index: outcome.index,
+        text: texts[i] ?? '',
+        first: i === 0,
+        last,
+        ...(call ? { call } : {}),
+      });
     }
   }
   return tokens;

@@ -7,6 +7,7 @@ import type {
   SimError,
   StreamWriter,
 } from './protocol.js';
+import type { ToolDialect } from './tools.js';
 
 /**
  * The engine a simulator imitates on the wire. Everything that differs between vLLM and
@@ -83,6 +84,8 @@ export interface Flavor {
   loading(): SimError;
 
   parseChat(body: unknown): ChatRequest | SimError;
+  /** How the engine reads and words tool calling. */
+  readonly tools: ToolDialect;
   /** vLLM refuses a model it does not serve; llama.cpp answers whatever model is named. */
   checkModel(requested: string | undefined, served: string): SimError | undefined;
   /** The engine's context checks, then the output budget a request that fits gets. */

@@ -12,9 +12,14 @@ import { llamaTokenize } from './tokenize.js';
 /** The build a llama.cpp flavored simulator claims to be (`system_fingerprint`, `build_info`). */
 export const LLAMA_BUILD = 'b11669-kiln-sim';
 
-/** The simulator's chat template (text.ts renderChatPrompt) written as the Jinja llama.cpp shows. */
+/**
+ * The simulator's chat template (text.ts renderChatPrompt, with an assistant message's tool calls
+ * as protocol.ts parseMessages writes them) in the Jinja llama.cpp shows.
+ */
 const CHAT_TEMPLATE =
-  "{%- for message in messages %}{{- '<|' + message.role + '|>' + message.content + '\\n' }}{%- endfor %}" +
+  "{%- for message in messages %}{{- '<|' + message.role + '|>' + (message.content or '') }}" +
+  '{%- for tool_call in message.tool_calls or [] %}{{- \'<tool_call>{"name": \' + tool_call.function.name | tojson' +
+  " + ', \"arguments\": ' + tool_call.function.arguments + '}</tool_call>' }}{%- endfor %}{{- '\\n' }}{%- endfor %}" +
   "{%- if add_generation_prompt %}{{- '<|assistant|>' }}{%- endif %}";
 
 /** A slot's sampling parameters, llama-server's defaults with the request's stream and n_predict. */
@@ -82,12 +87,12 @@ function props(replica: ReplicaInfo) {
     chat_template: CHAT_TEMPLATE,
     chat_template_caps: {
       supports_object_arguments: false,
-      supports_parallel_tool_calls: false,
+      supports_parallel_tool_calls: true,
       supports_preserve_reasoning: false,
       supports_reasoning_effort: false,
       supports_string_content: true,
       supports_system_role: true,
-      supports_tool_calls: false,
+      supports_tool_calls: true,
       supports_tools: false,
       supports_typed_content: false,
     },

@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import type { Flavor } from './flavor.js';
 import { LLAMA_BUILD, llamaRoutes } from './llamacpp-routes.js';
+import { jsonType, llamaToolDialect } from './llamacpp-tools.js';
 import {
   absent,
   type ChatRequest,
@@ -12,6 +13,7 @@ import {
   type SimError,
   type StreamWriter,
 } from './protocol.js';
+import type { CallStep, ToolCallOutcome } from './tools.js';
 
 /**
  * llama.cpp's llama-server on the wire, as captured from build b11669
@@ -38,14 +40,7 @@ export function llamaError(status: number, message: string, type?: string): SimE
 }
 
 const bad = (message: string) => llamaError(400, message);
-
-/** nlohmann::json's name for a value's type, as its exceptions word it. */
-function jsonType(value: unknown): string {
-  if (value === null) return 'null';
-  if (Array.isArray(value)) return 'array';
-  if (typeof value === 'object') return 'object';
-  return typeof value; // string, number, boolean
-}
+const tools = llamaToolDialect((status, message) => llamaError(status, message));
 
 /** Fields llama-server reads as numbers or booleans; a value of another type is a 400 naming it. */
 const TYPED_FIELDS: Record<string, 'number' | 'boolean' | 'object'> = {
@@ -149,6 +144,21 @@ const delta = (index: number, value: Record<string, unknown>, finish: string | n
 });
 
 /**
+ * A tool call's deltas as llama-server streams them (common_chat_msg_diff_to_json_oaicompat):
+ * once the name is parsed, `{index, id, type, function: {name}}` on its own, then each piece of
+ * the arguments as `{index, function: {arguments}}`.
+ */
+function callDeltas(step: CallStep): Record<string, unknown>[] {
+  const deltas: Record<string, unknown>[] = [];
+  if (step.header) {
+    const { id, name } = step.header;
+    deltas.push({ tool_calls: [{ index: 0, id, type: 'function', function: { name } }] });
+  }
+  if (step.piece !== '') deltas.push({ tool_calls: [{ index: 0, function: { arguments: step.piece } }] });
+  return deltas;
+}
+
+/**
  * A stream as llama-server sends it: each choice's first token preceded by
  * `{role: "assistant", content: null}` (llama.cpp sends that chunk with the first token it can
  * send, and none when the first token was an incomplete UTF-8 character — the simulator's text is
@@ -164,6 +174,8 @@ function streamWriter(c: Completion, request: ChatRequest): StreamWriter {
       for (const token of tokens) {
         if (token.first) events.push(chunk(c, [delta(token.index, { role: 'assistant', content: null })]));
         if (token.text !== '') events.push(chunk(c, [delta(token.index, { content: token.text })]));
+        for (const value of token.call ? callDeltas(token.call) : [])
+          events.push(chunk(c, [delta(token.index, value)]));
         const last = token.last;
         if (!last) continue;
         const times = { timings: timings(figures, last.completionTokens) };
@@ -179,6 +191,13 @@ function streamWriter(c: Completion, request: ChatRequest): StreamWriter {
     close: () => [],
   };
 }
+
+/** An answer's message with its tool call, as common_chat_msg::to_json_oaicompat writes it. */
+const callMessage = ({ id, name, arguments: args }: ToolCallOutcome) => ({
+  role: 'assistant',
+  content: null,
+  tool_calls: [{ type: 'function', function: { name, arguments: args }, id }],
+});
 
 export const llamacpp: Flavor = {
   name: 'llama.cpp',
@@ -200,7 +219,9 @@ export const llamacpp: Flavor = {
     body: { error: { message: 'Loading model', type: 'unavailable_error', code: 503 } },
   }),
 
-  parseChat: (body) => llamaChecks(body) ?? parseChatRequest(body, { bad, streamOptionsNeedStream: false }),
+  parseChat: (body) =>
+    llamaChecks(body) ?? parseChatRequest(body, { bad, streamOptionsNeedStream: false, tools }),
+  tools,
   // One model per server: llama-server answers whatever model the request names.
   checkModel: () => undefined,
   budget(promptTokens, request, settings) {
@@ -231,7 +252,7 @@ export const llamacpp: Flavor = {
       choices: outcomes.map((o) => ({
         finish_reason: o.finishReason,
         index: o.index,
-        message: { role: 'assistant', content: o.text },
+        message: o.toolCall ? callMessage(o.toolCall) : { role: 'assistant', content: o.text },
       })),
       created: c.created,
       model: c.model,

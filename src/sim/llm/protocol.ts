@@ -1,4 +1,5 @@
 import type { ChatMessage } from './text.js';
+import type { CallStep, ToolCallOutcome, ToolChoice, ToolDialect, ToolSpec } from './tools.js';
 
 /**
  * What every flavor of the OpenAI chat-completions protocol shares: the parsed request, the
@@ -28,6 +29,8 @@ export interface ChatRequest {
   n: number;
   stream: boolean;
   includeUsage: boolean;
+  tools: ToolSpec[];
+  toolChoice: ToolChoice;
 }
 
 /** The most choices one request may ask for: enough for any client, few enough to stay cheap. */
@@ -58,8 +61,16 @@ function parseContent(content: unknown, at: string, bad: BadField): string | Sim
   return texts.join('\n');
 }
 
-/** Chat messages as chat completions (and /tokenize) take them: string or text-part content. */
-export function parseMessages(messages: unknown, bad: BadField): ChatMessage[] | SimError {
+/**
+ * Chat messages as chat completions (and /tokenize) take them: string or text-part content; an
+ * assistant message's `tool_calls` and a `tool` message checked by the flavor's dialect, the
+ * calls written into the message's text as the chat template renders them.
+ */
+export function parseMessages(
+  messages: unknown,
+  bad: BadField,
+  dialect: ToolDialect,
+): ChatMessage[] | SimError {
   if (!Array.isArray(messages) || messages.length === 0) {
     return bad('messages must be a non-empty array', 'messages');
   }
@@ -70,7 +81,15 @@ export function parseMessages(messages: unknown, bad: BadField): ChatMessage[] |
     }
     const content = parseContent(message.content, `messages[${i}].content`, bad);
     if (typeof content !== 'string') return content;
-    parsed.push({ role: message.role, content });
+    let calls = '';
+    if (message.role === 'assistant' && !absent(message.tool_calls)) {
+      const rendered = dialect.renderCalls(message.tool_calls, `messages[${i}]`);
+      if (typeof rendered !== 'string') return rendered;
+      calls = rendered;
+    }
+    const refused = message.role === 'tool' ? dialect.checkToolMessage(message, `messages[${i}]`) : undefined;
+    if (refused) return refused;
+    parsed.push({ role: message.role, content: content + calls });
   }
   return parsed;
 }
@@ -97,18 +116,22 @@ export interface ParseRules {
   bad: BadField;
   /** vLLM refuses stream_options on a request that does not stream; llama.cpp ignores them. */
   streamOptionsNeedStream: boolean;
+  /** The engine's reading of tools, tool_choice and tool messages. */
+  tools: ToolDialect;
 }
 
 /**
- * Validates an OpenAI chat-completions body; tools, tool_choice and response_format are accepted
- * and ignored (a flavor checks what its engine checks before this).
+ * Validates an OpenAI chat-completions body; tools and tool_choice as the flavor's dialect reads
+ * them, response_format accepted and ignored (a flavor checks what its engine checks before this).
  */
 export function parseChatRequest(body: unknown, rules: ParseRules): ChatRequest | SimError {
   const { bad } = rules;
   if (!isObject(body)) return bad('the request body must be a JSON object', 'body');
   if (!absent(body.model) && typeof body.model !== 'string') return bad('model must be a string', 'model');
-  const messages = parseMessages(body.messages, bad);
+  const messages = parseMessages(body.messages, bad, rules.tools);
   if (!Array.isArray(messages)) return messages;
+  const tools = rules.tools.parseTools(body);
+  if (isSimError(tools)) return tools;
   const maxTokens = parseMaxTokens(body, bad);
   if (typeof maxTokens === 'object') return maxTokens;
   const stop = parseStop(body.stop, bad);
@@ -145,10 +168,12 @@ export function parseChatRequest(body: unknown, rules: ParseRules): ChatRequest 
     n,
     stream,
     includeUsage,
+    tools: tools.tools,
+    toolChoice: tools.choice,
   };
 }
 
-export type FinishReason = 'length' | 'stop';
+export type FinishReason = 'length' | 'stop' | 'tool_calls';
 
 /** One generated choice, as it ends. */
 export interface ChoiceOutcome {
@@ -160,6 +185,8 @@ export interface ChoiceOutcome {
   stopString: string | undefined;
   /** Tokens generated for it, the one that completed a stop string included. */
   completionTokens: number;
+  /** The tool call it makes instead of text, if it makes one. */
+  toolCall?: ToolCallOutcome;
 }
 
 /** What the engine did for a request, shared by its choices: one prompt, prefilled once. */
@@ -186,6 +213,8 @@ export interface StepToken {
   first: boolean;
   /** Set on the choice's last token: how it ended. */
   last: ChoiceOutcome | undefined;
+  /** Set on every token of a tool call. */
+  call?: CallStep;
 }
 
 /** How a flavor lays out a stream: events per decode step, then the closing ones before [DONE]. */

@@ -1,6 +1,7 @@
 import type { Flavor, ReplicaInfo, RouteAnswer } from './flavor.js';
 import { absent, type BadField, isObject, isSimError, parseMessages, type SimError } from './protocol.js';
 import { renderChatPrompt, tokenId, tokenize } from './text.js';
+import type { ToolDialect } from './tools.js';
 
 /**
  * `POST /tokenize`. vLLM's two shapes — `{prompt}` for raw text, `{messages}` rendered with the
@@ -23,7 +24,11 @@ function optionalBoolean(body: Record<string, unknown>, name: string, bad: BadFi
   return typeof value === 'boolean' ? value : bad(`${name} must be a boolean`, name);
 }
 
-export function parseTokenizeRequest(body: unknown, bad: BadField): TokenizeRequest | SimError {
+export function parseTokenizeRequest(
+  body: unknown,
+  bad: BadField,
+  dialect: ToolDialect,
+): TokenizeRequest | SimError {
   if (!isObject(body)) return bad('the request body must be a JSON object', 'body');
   if (!absent(body.model) && typeof body.model !== 'string') return bad('model must be a string', 'model');
   const model = absent(body.model) ? undefined : (body.model as string);
@@ -38,7 +43,7 @@ export function parseTokenizeRequest(body: unknown, bad: BadField): TokenizeRequ
   if (isSimError(withPieces)) return withPieces;
 
   if (given[0] === 'messages') {
-    const messages = parseMessages(body.messages, bad);
+    const messages = parseMessages(body.messages, bad, dialect);
     if (!Array.isArray(messages)) return messages;
     const generation = optionalBoolean(body, 'add_generation_prompt', bad);
     if (isSimError(generation)) return generation;
@@ -69,7 +74,8 @@ export function tokenizeBody(request: TokenizeRequest, maxModelLen: number): Rec
 
 /** vLLM's /tokenize: a model it does not serve is the same 404 as for chat completions. */
 export function vllmTokenize(body: unknown, replica: ReplicaInfo, flavor: Flavor): RouteAnswer {
-  const request = parseTokenizeRequest(body, (message, param) => flavor.error(400, message, param));
+  const bad: BadField = (message, param) => flavor.error(400, message, param);
+  const request = parseTokenizeRequest(body, bad, flavor.tools);
   if (isSimError(request)) return request;
   const unknown = flavor.checkModel(request.model, replica.model);
   if (unknown) return unknown;

@@ -9,9 +9,12 @@ import {
   parseChatRequest,
   type RunFigures,
   type SimError,
+  type StepToken,
   type StreamWriter,
 } from './protocol.js';
 import { vllmTokenize } from './tokenize.js';
+import type { CallStep, ToolCallOutcome } from './tools.js';
+import { vllmToolDialect } from './vllm-tools.js';
 
 /**
  * vLLM's OpenAI server (V1, as of 0.10) on the wire: its error envelope, the full
@@ -31,6 +34,7 @@ export function vllmError(status: number, message: string, param: string | null 
 }
 
 const bad = (message: string, param: string) => vllmError(400, message, param);
+const tools = vllmToolDialect(vllmError);
 
 /** vLLM's two context checks: the prompt alone, then the prompt plus the requested completion. */
 export function checkContext(
@@ -74,9 +78,37 @@ const chunk = (c: Completion, choices: unknown[], extra: Record<string, unknown>
 });
 
 /**
+ * A tool call's delta, as vLLM's serving streams it (DeltaToolCall: id, type, index, function,
+ * unset fields left out). The call is announced with its name — by the tool parser for "auto"
+ * (`function: {name}`), with `arguments` too for "required" and for a named tool_choice (whose
+ * first arguments piece rides along) — then each token adds its piece of the arguments.
+ */
+function callDelta(step: CallStep): Record<string, unknown> | undefined {
+  if (step.header) {
+    const { id, name, mode } = step.header;
+    const fn = mode === 'auto' ? { name } : { name, arguments: step.piece };
+    return { tool_calls: [{ id, type: 'function', index: 0, function: fn }] };
+  }
+  return step.piece === '' ? undefined : { tool_calls: [{ index: 0, function: { arguments: step.piece } }] };
+}
+
+/** What a token adds to its choice's message, if anything. */
+function tokenDelta(token: StepToken): Record<string, unknown> | undefined {
+  if (token.call) return callDelta(token.call);
+  return token.text === '' ? undefined : { content: token.text };
+}
+
+/** A call as vLLM's ToolCall model dumps it. */
+const toolCall = ({ id, name, arguments: args }: ToolCallOutcome) => ({
+  id,
+  type: 'function',
+  function: { name, arguments: args },
+});
+
+/**
  * A stream as vLLM sends it: in the first step the role of every choice, then one chunk per token
- * and choice, a chunk with each choice's finish reason, and — with include_usage — one usage
- * chunk for all choices.
+ * and choice (a tool call's pieces as `tool_calls` deltas), a chunk with each choice's finish
+ * reason, and — with include_usage — one usage chunk for all choices.
  */
 function streamWriter(c: Completion, request: ChatRequest): StreamWriter {
   return {
@@ -88,10 +120,9 @@ function streamWriter(c: Completion, request: ChatRequest): StreamWriter {
         events.push(chunk(c, [{ index: token.index, delta, logprobs: null, finish_reason: null }]));
       }
       for (const token of tokens) {
-        if (token.text !== '') {
-          const delta = { content: token.text };
+        const delta = tokenDelta(token);
+        if (delta)
           events.push(chunk(c, [{ index: token.index, delta, logprobs: null, finish_reason: null }]));
-        }
         if (token.last) {
           const finish = token.last.finishReason;
           events.push(chunk(c, [{ index: token.index, delta: {}, logprobs: null, finish_reason: finish }]));
@@ -119,7 +150,8 @@ export const vllm: Flavor = {
   // Not answered: vLLM opens its port only once the model is loaded (the server refuses meanwhile).
   loading: () => vllmError(503, 'Loading model'),
 
-  parseChat: (body) => parseChatRequest(body, { bad, streamOptionsNeedStream: true }),
+  parseChat: (body) => parseChatRequest(body, { bad, streamOptionsNeedStream: true, tools }),
+  tools,
   checkModel: (requested, served) =>
     requested === undefined || requested === served
       ? undefined
@@ -140,12 +172,13 @@ export const vllm: Flavor = {
       index: o.index,
       message: {
         role: 'assistant',
-        content: o.text,
+        // A tool parser's call ("auto") leaves no content; vLLM's own "required" and named paths ''.
+        content: o.toolCall ? (o.toolCall.mode === 'auto' ? null : '') : o.text,
         refusal: null,
         annotations: null,
         audio: null,
         function_call: null,
-        tool_calls: [],
+        tool_calls: o.toolCall ? [toolCall(o.toolCall)] : [],
         reasoning_content: null,
       },
       logprobs: null,
