@@ -3,6 +3,7 @@ import OpenAI from 'openai';
 import { expect } from 'vitest';
 import type { LlmSim } from '../../src/sim/llm/server.js';
 import { closeAll, engine, simPool } from '../chat/fleet.js';
+import { expectValidResponse, expectValidStreamEvent } from '../helpers/openai-schema.js';
 import { startTestServer, type TestServer } from '../helpers/server.js';
 import type { StoreCase } from '../helpers/stores.js';
 
@@ -70,4 +71,21 @@ export async function expectEngineStopped(sim: LlmSim): Promise<number> {
   await sleep(300);
   expect(sim.stats().generationTokens).toBe(stopped);
   return stopped;
+}
+
+/** The response, once it has been checked against OpenAI's Response schema. */
+export async function valid(answer: Promise<OpenAI.Responses.Response>): Promise<OpenAI.Responses.Response> {
+  const response = await answer;
+  expectValidResponse(response);
+  return response;
+}
+
+/** Every event of a stream, in order. */
+export async function eventsOf(stream: AsyncIterable<OpenAI.Responses.ResponseStreamEvent>) {
+  const events: OpenAI.Responses.ResponseStreamEvent[] = [];
+  for await (const event of stream) {
+    expectValidStreamEvent(event);
+    events.push(event);
+  }
+  return events;
 }

@@ -2,13 +2,16 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import OpenAI, { type APIError } from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { countTokens, renderChatPrompt } from '../../src/sim/llm/text.js';
-import {
-  expectValidInputItemList,
-  expectValidResponse,
-  expectValidStreamEvent,
-} from '../helpers/openai-schema.js';
+import { expectValidInputItemList } from '../helpers/openai-schema.js';
 import { storeCases } from '../helpers/stores.js';
-import { expectEngineStopped, type ResponsesFleet, startResponsesFleet, until } from './fleet.js';
+import {
+  eventsOf,
+  expectEngineStopped,
+  type ResponsesFleet,
+  startResponsesFleet,
+  until,
+  valid,
+} from './fleet.js';
 
 /**
  * The Responses API as OpenAI's own client sees it, over HTTP, on every store. The simulated engine
@@ -16,13 +19,6 @@ import { expectEngineStopped, type ResponsesFleet, startResponsesFleet, until } 
  * tokenizer the tests can run too: so a prompt token count proves what the engine was sent. Every
  * Response object and stream event received is held to OpenAI's published schemas.
  */
-
-/** The response, once it has been checked against OpenAI's Response schema. */
-async function valid(answer: Promise<OpenAI.Responses.Response>): Promise<OpenAI.Responses.Response> {
-  const response = await answer;
-  expectValidResponse(response);
-  return response;
-}
 
 /** Prompt tokens the simulated engine counts for these messages. */
 const promptTokens = (messages: Array<{ role: string; content: string }>) =>
@@ -32,16 +28,6 @@ const promptTokens = (messages: Array<{ role: string; content: string }>) =>
 function usageOf(response: OpenAI.Responses.Response): OpenAI.Responses.ResponseUsage {
   expect(response.usage).toEqual(expect.objectContaining({ input_tokens: expect.any(Number) }));
   return response.usage as OpenAI.Responses.ResponseUsage;
-}
-
-/** Every event of a stream, in order. */
-async function eventsOf(stream: AsyncIterable<OpenAI.Responses.ResponseStreamEvent>) {
-  const events: OpenAI.Responses.ResponseStreamEvent[] = [];
-  for await (const event of stream) {
-    expectValidStreamEvent(event);
-    events.push(event);
-  }
-  return events;
 }
 
 describe.each(storeCases)('the Responses API with the openai client ($name)', (storeCase) => {
