@@ -12,6 +12,42 @@ import { jobError } from './submit.js';
 /** How long a stream whose job the store shows ended still waits for that job's last events. */
 const LOST_DONE_GRACE_MS = 2000;
 
+/** The headers of every server-sent event stream Kiln answers. */
+export const EVENT_STREAM_HEADERS = {
+  'content-type': 'text/event-stream; charset=utf-8',
+  'cache-control': 'no-cache',
+  connection: 'keep-alive',
+} as const;
+
+/**
+ * Calls `ended` with the job's row once a read of the store, every `everyMs`, finds it terminal, and
+ * `graceMs` after that read: the safety net for a done event lost between processes. Answers the
+ * function that stops watching.
+ */
+export function watchForEnd(
+  jobs: JobService,
+  id: string,
+  everyMs: number,
+  graceMs: number,
+  ended: (job: JobRow) => void,
+): () => void {
+  let stopped = false;
+  let timer: NodeJS.Timeout | undefined = setInterval(() => {
+    void jobs.store.jobs.byId(id).then(
+      (job) => {
+        if (stopped || !job || !isTerminal(job.status)) return;
+        clearInterval(timer);
+        timer = setTimeout(() => ended(job), graceMs);
+      },
+      () => undefined,
+    );
+  }, everyMs);
+  return () => {
+    stopped = true;
+    clearTimeout(timer);
+  };
+}
+
 export interface StreamOptions {
   kind: JobKind;
   request: unknown;
@@ -59,7 +95,7 @@ export async function streamJob(
   let deliver: (event: JobEvent) => void = (event) => pending.push(event);
   const off = jobs.events.on(id, (event) => deliver(event));
   let finished = false;
-  let recheck: NodeJS.Timeout | undefined;
+  let stopWatching: () => void = () => undefined;
   try {
     const { job: submitted } = await jobs.submit({
       id,
@@ -73,16 +109,9 @@ export async function streamJob(
     // A done event lost between processes still ends the stream: the store is read now and then.
     // The job's last chunks and its done event travel together after its end is committed, so a
     // stream that finds its job over in the store waits a little longer for them first.
-    recheck = setInterval(() => {
-      void jobs.store.jobs.byId(id).then(
-        (job) => {
-          if (!job || !isTerminal(job.status)) return;
-          clearInterval(recheck);
-          recheck = setTimeout(() => deliver({ t: 'done', id, job }), LOST_DONE_GRACE_MS);
-        },
-        () => undefined,
-      );
-    }, jobs.rereadMs(submitted));
+    stopWatching = watchForEnd(jobs, id, jobs.rereadMs(submitted), LOST_DONE_GRACE_MS, (job) =>
+      deliver({ t: 'done', id, job }),
+    );
     // A client that goes away at any moment — before the first token too — cancels the job, and
     // with it the engine's generation.
     reply.raw.once('close', () => {
@@ -112,9 +141,7 @@ export async function streamJob(
     reply.hijack();
     const raw = reply.raw;
     raw.writeHead(200, {
-      'content-type': 'text/event-stream; charset=utf-8',
-      'cache-control': 'no-cache',
-      connection: 'keep-alive',
+      ...EVENT_STREAM_HEADERS,
       'x-request-id': request.id,
       ...(options.headers?.(meta) ?? {}),
     });
@@ -142,7 +169,7 @@ export async function streamJob(
       raw.on('close', () => resolve());
     });
   } finally {
-    clearTimeout(recheck);
+    stopWatching();
     off();
   }
 }
@@ -154,7 +181,7 @@ export async function streamJob(
  * on the next tick; it sends only the first batch, with the headers. A response that is not chunked
  * (an HTTP/1.0 client) goes through `res.write` throughout.
  */
-class EventWriter {
+export class EventWriter {
   #pending = '';
   /** The first batch goes through `res.write`, which sends the headers with it in one write. */
   #headersSent = false;

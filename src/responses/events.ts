@@ -1,11 +1,66 @@
+import type { StreamFormat } from '../api/stream.js';
 import type { ChatChunk } from '../engines/types.js';
 import { itemId } from './input.js';
 import { functionCallItem, messageItem } from './output.js';
 import type { Item } from './schema.js';
 
-/** One event as the Responses stream frames it: its type as the SSE event name, then its JSON. */
+/**
+ * One event as the Responses stream frames it: its type as the SSE event name, then its JSON. Every
+ * event's `sequence_number` is its last field, where `sequenceOf` finds it.
+ */
 export const frame = (event: { type: string; [field: string]: unknown }): string =>
   `event: ${event.type}\ndata: ${JSON.stringify(event)}\n\n`;
+
+const SEQUENCE_FIELD = '"sequence_number":';
+
+/**
+ * The `sequence_number` of a framed event, read from the end: the field is the event's last, so the
+ * same text inside a delta (escaped, and earlier) is never taken for it. -1 when there is none.
+ */
+export function sequenceOf(text: string): number {
+  const at = text.lastIndexOf(SEQUENCE_FIELD);
+  return at === -1 ? -1 : Number.parseInt(text.slice(at + SEQUENCE_FIELD.length), 10);
+}
+
+const TERMINAL_EVENT = /^event: response\.(completed|incomplete|failed)\n/;
+
+/** A Responses stream's framing, which also hears of events the client had before (a resumed stream). */
+export interface ResponsesFormat extends StreamFormat {
+  /** An event the client already has: the end is numbered after it, and is none after a terminal event. */
+  seen(data: string): void;
+}
+
+/**
+ * Responses streams: each part is a whole event already. A response that ended without its own
+ * terminal event (cancelled, timed out, its worker lost) ends with an `error` event, numbered after
+ * every event the client has: those of this stream and, resumed, the `startingAfter` it had before.
+ */
+export function responsesFormat(startingAfter = -1): ResponsesFormat {
+  let next = startingAfter + 1;
+  let ended = false;
+  const seen = (data: string) => {
+    next = Math.max(next, sequenceOf(data) + 1);
+    if (TERMINAL_EVENT.test(data)) ended = true;
+  };
+  return {
+    seen,
+    part(data) {
+      seen(data);
+      return data;
+    },
+    end(_job, error) {
+      if (ended || !error) return '';
+      const body = error.toBody();
+      return frame({
+        type: 'error',
+        code: body.code,
+        message: body.message,
+        param: body.param ?? null,
+        sequence_number: next,
+      });
+    },
+  };
+}
 
 interface OpenMessage {
   kind: 'message';
@@ -37,7 +92,8 @@ export class ResponseEvents {
   #finishReason: string | null = null;
   #started = false;
 
-  constructor(private readonly send: (text: string) => void) {}
+  /** `send` gets each framed event with its sequence number. */
+  constructor(private readonly send: (text: string, seq: number) => void) {}
 
   get started(): boolean {
     return this.#started;
@@ -48,7 +104,8 @@ export class ResponseEvents {
   }
 
   #emit(event: Record<string, unknown> & { type: string }): void {
-    this.send(frame({ ...event, sequence_number: this.#seq++ }));
+    const seq = this.#seq++;
+    this.send(frame({ ...event, sequence_number: seq }), seq);
   }
 
   /** `response.created` and `response.in_progress`, with the response as it is now. */

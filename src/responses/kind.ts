@@ -5,6 +5,7 @@ import { EngineError } from '../router/index.js';
 import type { Store } from '../store/index.js';
 import { ResponseEvents } from './events.js';
 import { chatMessages } from './input.js';
+import { ResponseLog } from './log.js';
 import {
   endOf,
   outputItems,
@@ -73,7 +74,17 @@ export function responseKind(deps: ChatDeps): JobKind<ResponseJobRequest> {
       const base = { id: job.publicId, model: request.model, createdAt: createdAtOf(job.id) };
       const response = (state: Partial<ResponseState>) =>
         responseObject({ ...base, status: 'in_progress', ...state }, request.echo);
-      const events = request.echo.stream ? new ResponseEvents((text) => job.publish(text)) : undefined;
+      // A background stream keeps its events, so a client can resume it from any gateway.
+      const log =
+        request.echo.background && request.echo.stream
+          ? new ResponseLog(deps.store, job.id, job.attempt)
+          : undefined;
+      const events = request.echo.stream
+        ? new ResponseEvents((text, seq) => {
+            job.publish(text);
+            log?.add(seq, text);
+          })
+        : undefined;
       const onChunk = (chunk: ChatChunk) => {
         if (!events) return;
         if (!events.started) events.start(response({}));
@@ -104,6 +115,8 @@ export function responseKind(deps: ChatDeps): JobKind<ResponseJobRequest> {
           completedAt: Math.floor(Date.now() / 1000),
         });
         events?.end(end.status === 'completed' ? 'response.completed' : 'response.incomplete', result);
+        // The whole log, the last event with it, is in the store before the job is terminal.
+        await log?.close();
         const usage = completion.usage;
         return {
           result,
@@ -120,6 +133,8 @@ export function responseKind(deps: ChatDeps): JobKind<ResponseJobRequest> {
             response({ status: 'failed', error: responseError(failure.code, failure.message) }),
           );
         }
+        // The run's own failure is what the job reports, even if its log cannot be written either.
+        await log?.close().catch(() => undefined);
         throw failure;
       }
     },

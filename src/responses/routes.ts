@@ -2,7 +2,7 @@ import { Type } from '@sinclair/typebox';
 import type { FastifyInstance } from 'fastify';
 import type { AppDeps } from '../api/app.js';
 import { checkModelAndContexts } from '../api/chat.js';
-import { type StreamFormat, streamJob } from '../api/stream.js';
+import { streamJob } from '../api/stream.js';
 import { checkWebhook, submitJob } from '../api/submit.js';
 import { parseDuration } from '../config/schema.js';
 import { KilnError, notFound, validationError } from '../errors.js';
@@ -10,9 +10,10 @@ import type { JobKind } from '../jobs/kinds.js';
 import { parseJobId } from '../jobs/present.js';
 import { isTerminal } from '../jobs/service.js';
 import type { JobRow } from '../store/types.js';
-import { frame } from './events.js';
+import { responsesFormat } from './events.js';
 import { chatFields, inputItems, Problems } from './input.js';
 import { inputItemsOf, RESPONSE_PREFIX, responseOf } from './present.js';
+import { resumeStream } from './resume.js';
 import { ResponseBody, type ResponseEcho, type ResponseJobRequest } from './schema.js';
 
 /** Fields of OpenAI's request that ask for what Kiln does not have: refused rather than ignored. */
@@ -21,35 +22,6 @@ const REFUSED: Record<string, string> = {
     'the Conversations API is not available on Kiln; continue a conversation with previous_response_id',
   prompt: 'stored prompt templates are not available on Kiln; send the instructions and input themselves',
 };
-
-const TERMINAL_EVENTS = /^event: response\.(completed|incomplete|failed)\n/;
-
-/**
- * Responses streams: each part is a whole event already. A response that ended without its own
- * terminal event (cancelled, timed out, its worker lost) ends with an `error` event.
- */
-function responsesFormat(): StreamFormat {
-  let sent = 0;
-  let ended = false;
-  return {
-    part(data) {
-      sent++;
-      if (TERMINAL_EVENTS.test(data)) ended = true;
-      return data;
-    },
-    end(_job, error) {
-      if (ended || !error) return '';
-      const body = error.toBody();
-      return frame({
-        type: 'error',
-        code: body.code,
-        message: body.message,
-        param: body.param ?? null,
-        sequence_number: sent,
-      });
-    },
-  };
-}
 
 const ListQuery = Type.Object(
   {
@@ -190,21 +162,24 @@ export function responseRoutes(app: FastifyInstance, deps: AppDeps): void {
     },
   );
 
-  app.get<{ Params: { id: string }; Querystring: { stream?: boolean } }>(
+  app.get<{ Params: { id: string }; Querystring: { stream?: boolean; starting_after?: number } }>(
     '/v1/responses/:id',
     { schema: { querystring: RetrieveQuery } },
-    async (request) => {
+    async (request, reply) => {
       const job = await find(request.auth.org_id, request.params.id);
-      if (request.query.stream) {
+      if (!request.query.stream) return responseOf(job);
+      const { echo } = JSON.parse(job.request) as ResponseJobRequest;
+      if (!(echo.background && echo.stream)) {
         throw validationError([
           {
             field: 'stream',
-            rule: 'unsupported',
-            message: 'resuming a response’s event stream is not available yet; retrieve it without stream',
+            rule: 'resumable',
+            message:
+              'only a response created with background: true and stream: true keeps its events to stream again; retrieve this one without stream',
           },
         ]);
       }
-      return responseOf(job);
+      return resumeStream(request, reply, deps.jobs, job.id, request.query.starting_after ?? -1);
     },
   );
 
@@ -229,7 +204,11 @@ export function responseRoutes(app: FastifyInstance, deps: AppDeps): void {
     const orgId = request.auth.org_id;
     const job = await find(orgId, request.params.id);
     if (!isTerminal(job.status)) await deps.jobs.cancel(orgId, job.id).catch(() => undefined);
-    await store.jobs.forget(orgId, job.id, Date.now());
+    // Its events go with its output: a resumed stream of it would show what was deleted.
+    await store.transaction(async (tx) => {
+      await tx.jobs.forget(orgId, job.id, Date.now());
+      await tx.responseEvents.clear(job.id);
+    });
     return { id: `${RESPONSE_PREFIX}${job.id}`, object: 'response', deleted: true };
   });
 

@@ -9,6 +9,7 @@ import { IdempotencyRepository } from './repos/idempotency.js';
 import { JobRepository } from './repos/jobs.js';
 import { KeyRepository } from './repos/keys.js';
 import { OrgRepository } from './repos/orgs.js';
+import { ResponseEventRepository } from './repos/response-events.js';
 import { SettingsRepository } from './repos/settings.js';
 import { UsageRepository } from './repos/usage.js';
 import { WebhookRepository } from './repos/webhooks.js';
@@ -16,6 +17,7 @@ import { SqliteDriver } from './sqlite/driver.js';
 
 export type { Channel, SqlDriver } from './driver.js';
 export type { FinishGuard } from './repos/jobs.js';
+export type { ResponseEvent } from './repos/response-events.js';
 export * from './types.js';
 
 /** Every repository, over the database or over one transaction of it. */
@@ -29,6 +31,7 @@ export class Repositories {
   readonly webhooks: WebhookRepository;
   readonly files: FileRepository;
   readonly settings: SettingsRepository;
+  readonly responseEvents: ResponseEventRepository;
 
   constructor(db: SqlExecutor, dialect: SqlDriver['dialect'], onRevoke?: () => Promise<void>) {
     this.orgs = new OrgRepository(db);
@@ -40,6 +43,7 @@ export class Repositories {
     this.webhooks = new WebhookRepository(db, dialect);
     this.files = new FileRepository(db);
     this.settings = new SettingsRepository(db);
+    this.responseEvents = new ResponseEventRepository(db);
   }
 }
 

@@ -153,6 +153,18 @@ export const migrations: ReadonlyArray<{ version: number; name: string; sql: (d:
       );
     `,
   },
+  {
+    version: 6,
+    name: 'response event logs (resumable background streams)',
+    sql: () => `
+      CREATE TABLE response_events (
+        job_id TEXT NOT NULL REFERENCES jobs(id),
+        seq INTEGER NOT NULL,
+        data TEXT NOT NULL,
+        PRIMARY KEY (job_id, seq)
+      );
+    `,
+  },
 ];
 
 /** Applies every migration newer than the database, each in its own transaction. Answers how many ran. */

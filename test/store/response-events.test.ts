@@ -1,0 +1,105 @@
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { uuidv7 } from '../../src/ids.js';
+import type { Store } from '../../src/store/index.js';
+import { caseTitle, freshStore, storeCases } from '../helpers/stores.js';
+
+/** The response event log's statements, the same on every store. */
+for (const storeCase of storeCases) {
+  describe.skipIf(storeCase.skip)(`response event log: ${caseTitle(storeCase)}`, () => {
+    let store: Store;
+    let close: () => Promise<void>;
+    let orgId: string;
+
+    beforeEach(async () => {
+      ({ store, close } = await freshStore(storeCase));
+      orgId = (await store.orgs.create('acme'))?.id as string;
+    });
+    afterEach(async () => close());
+
+    /** A job in its first run, leased to `w1`, or queued. */
+    const job = async (running = true) => {
+      const now = Date.now();
+      const id = uuidv7(now);
+      await store.jobs.insert({
+        id,
+        org_id: orgId,
+        key_id: 'key_test',
+        kind: 'response',
+        mode: 'async',
+        request: '{}',
+        max_attempts: 3,
+        queue_deadline: now + 60_000,
+        run_limit_ms: 60_000,
+        created_at: now,
+        webhook_url: null,
+        webhook_secret: null,
+        ...(running ? { lease: { owner: 'w1', until: now + 60_000 } } : {}),
+      });
+      return id;
+    };
+    const events = (from: number, to: number) =>
+      Array.from({ length: to - from + 1 }, (_, i) => ({
+        seq: from + i,
+        data: `event: response.output_text.delta\ndata: {"delta":"é ${from + i} 🔥","sequence_number":${from + i}}\n\n`,
+      }));
+
+    it('keeps events in order and answers them after a sequence number, a page at a time', async () => {
+      const id = await job();
+      const other = await job();
+      expect(await store.responseEvents.last(id)).toBeUndefined();
+      expect(await store.responseEvents.after(id, -1, 10)).toEqual([]);
+      // Batches of every size a writer makes, out of order, one larger than a statement holds.
+      expect(await store.responseEvents.append(id, 1, events(0, 0))).toBe(1);
+      expect(await store.responseEvents.append(id, 1, events(4, 6))).toBe(3);
+      expect(await store.responseEvents.append(id, 1, events(1, 3))).toBe(3);
+      expect(await store.responseEvents.append(id, 1, events(7, 156))).toBe(150);
+      await store.responseEvents.append(other, 1, events(0, 2));
+
+      expect(await store.responseEvents.after(id, -1, 1000)).toEqual(events(0, 156));
+      expect(await store.responseEvents.after(id, 4, 3)).toEqual(events(5, 7));
+      expect(await store.responseEvents.after(id, 156, 10)).toEqual([]);
+      expect(await store.responseEvents.last(id)).toEqual(events(156, 156)[0]);
+      expect(await store.responseEvents.after(other, -1, 10)).toEqual(events(0, 2));
+    });
+
+    it('an event already logged is kept as it was', async () => {
+      const id = await job();
+      await store.responseEvents.append(id, 1, events(0, 2));
+      const again = events(1, 3).map((e) => ({ ...e, data: `${e.data}again` }));
+      expect(await store.responseEvents.append(id, 1, again)).toBe(1);
+      const logged = await store.responseEvents.after(id, -1, 10);
+      expect(logged.map((e) => e.data.endsWith('again'))).toEqual([false, false, false, true]);
+    });
+
+    it('only the run that holds the job appends: not a queued job, an earlier attempt, or a cancelled job', async () => {
+      const queued = await job(false);
+      expect(await store.responseEvents.append(queued, 0, events(0, 1))).toBe(0);
+      expect(await store.responseEvents.append(queued, 1, events(0, 1))).toBe(0);
+
+      const id = await job();
+      expect(await store.responseEvents.append(id, 2, events(0, 1))).toBe(0);
+      expect(await store.responseEvents.append(id, 1, events(0, 1))).toBe(2);
+      await store.jobs.finish(
+        id,
+        { by: 'cancel', orgId },
+        { status: 'cancelled', error: { code: 'cancelled', message: 'cancelled' } },
+        Date.now(),
+        60_000,
+      );
+      expect(await store.responseEvents.append(id, 1, events(2, 3))).toBe(0);
+      expect((await store.responseEvents.after(id, -1, 10)).map((e) => e.seq)).toEqual([0, 1]);
+      expect((await store.responseEvents.after(queued, -1, 10)).map((e) => e.seq)).toEqual([]);
+    });
+
+    it('clearing a log empties it for that job alone', async () => {
+      const id = await job();
+      const other = await job();
+      await store.responseEvents.append(id, 1, events(0, 4));
+      await store.responseEvents.append(other, 1, events(0, 1));
+      expect(await store.responseEvents.clear(id)).toBe(5);
+      expect(await store.responseEvents.last(id)).toBeUndefined();
+      expect(await store.responseEvents.append(id, 1, events(0, 0))).toBe(1);
+      expect((await store.responseEvents.after(other, -1, 10)).map((e) => e.seq)).toEqual([0, 1]);
+    });
+  });
+}
