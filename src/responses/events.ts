@@ -1,6 +1,5 @@
 import type { StreamFormat } from '../api/stream.js';
 import type { ChatChunk } from '../engines/types.js';
-import { itemId } from './input.js';
 import { functionCallItem, messageItem } from './output.js';
 import type { Item } from './schema.js';
 
@@ -93,7 +92,11 @@ export class ResponseEvents {
   #started = false;
 
   /** `send` gets each framed event with its sequence number. */
-  constructor(private readonly send: (text: string, seq: number) => void) {}
+  constructor(
+    private readonly send: (text: string, seq: number) => void,
+    /** The id of the output item of `type` at `index` (items.ts). */
+    private readonly ids: (type: string, index: number) => string,
+  ) {}
 
   get started(): boolean {
     return this.#started;
@@ -128,7 +131,12 @@ export class ResponseEvents {
 
   #text(delta: string): void {
     if (!this.#message) {
-      this.#message = { kind: 'message', id: itemId('msg'), index: this.#items.length, text: '' };
+      this.#message = {
+        kind: 'message',
+        id: this.ids('message', this.#items.length),
+        index: this.#items.length,
+        text: '',
+      };
       this.#items.push(this.#message);
       const { id, index } = this.#message;
       this.#emit({
@@ -162,7 +170,7 @@ export class ResponseEvents {
     if (!call) {
       // Text after a call would be a new message item: the current one is closed now.
       this.#closeMessage();
-      const id = itemId('fc');
+      const id = this.ids('function_call', this.#items.length);
       call = {
         kind: 'call',
         id,

@@ -1,10 +1,6 @@
-import { randomBytes } from 'node:crypto';
 import type { ChatMessage } from '../engines/types.js';
 import { type ErrorDetail, validationError } from '../errors.js';
 import type { Item, ResponseBody } from './schema.js';
-
-/** An item id in OpenAI's style: `msg_`, `fc_`… and 48 hex digits. */
-export const itemId = (prefix: string) => `${prefix}_${randomBytes(24).toString('hex')}`;
 
 /** OpenAI's hosted tools: Kiln's engines run none of them. */
 const HOSTED_TOOLS = new Set([
@@ -147,17 +143,14 @@ export function inputItems(input: ResponseBody['input'], problems = new Problems
     } else if (type === 'reasoning') {
       // A reasoning item from an earlier turn (OpenAI's reasoning models): nothing an engine takes back.
     } else if (type === 'item_reference') {
-      problems.add(
-        `${at}.type`,
-        'unsupported',
-        `${at}: item_reference is not supported; continue a conversation with previous_response_id`,
-        type,
-      );
+      // Resolved against the stored responses before the job is made (items.ts).
+      if (typeof raw.id === 'string') items.push({ type, id: raw.id });
+      else problems.add(`${at}.id`, 'required', `${at}: an item_reference needs the id of the item`);
     } else {
       problems.add(
         `${at}.type`,
         'unsupported',
-        `${at}: items of type '${shownType(type)}' are not supported; Kiln takes message, function_call and function_call_output items`,
+        `${at}: items of type '${shownType(type)}' are not supported; Kiln takes message, function_call, function_call_output and item_reference items`,
         shownType(type),
       );
     }

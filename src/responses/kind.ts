@@ -5,6 +5,7 @@ import { EngineError } from '../router/index.js';
 import type { Store } from '../store/index.js';
 import { ResponseEvents } from './events.js';
 import { chatMessages } from './input.js';
+import { outputIds } from './items.js';
 import { ResponseLog } from './log.js';
 import {
   endOf,
@@ -83,7 +84,7 @@ export function responseKind(deps: ChatDeps): JobKind<ResponseJobRequest> {
         ? new ResponseEvents((text, seq) => {
             job.publish(text);
             log?.add(seq, text);
-          })
+          }, outputIds(job.id))
         : undefined;
       const onChunk = (chunk: ChatChunk) => {
         if (!events) return;
@@ -106,7 +107,7 @@ export function responseKind(deps: ChatDeps): JobKind<ResponseJobRequest> {
         if (events) {
           if (!events.started) events.start(response({}));
           output = events.close(end.status);
-        } else output = outputItems(choice?.message, end.status);
+        } else output = outputItems(choice?.message, end.status, outputIds(job.id));
         const result = response({
           status: end.status,
           output,

@@ -1,5 +1,4 @@
 import type { ChatCompletion, ChatMessage } from '../engines/types.js';
-import { itemId } from './input.js';
 import type { Item, ResponseEcho } from './schema.js';
 
 export type ResponseStatus = 'queued' | 'in_progress' | 'completed' | 'failed' | 'cancelled' | 'incomplete';
@@ -108,13 +107,17 @@ export const functionCallItem = (
 });
 
 /** The assistant's message as output items: its text as a message, then each tool call. */
-export function outputItems(message: ChatMessage | undefined, status = 'completed'): Item[] {
+export function outputItems(
+  message: ChatMessage | undefined,
+  status: string,
+  ids: (type: string, index: number) => string,
+): Item[] {
   if (!message) return [];
   const items: Item[] = [];
   const text = typeof message.content === 'string' ? message.content : '';
   const calls = Array.isArray(message.tool_calls) ? message.tool_calls : [];
-  if (text !== '' || calls.length === 0) items.push(messageItem(itemId('msg'), text, status));
-  for (const call of calls) items.push(functionCallItem(itemId('fc'), call, status));
+  if (text !== '' || calls.length === 0) items.push(messageItem(ids('message', 0), text, status));
+  for (const call of calls) items.push(functionCallItem(ids('function_call', items.length), call, status));
   return items;
 }
 

@@ -12,7 +12,8 @@ import { isTerminal } from '../jobs/service.js';
 import type { JobRow } from '../store/types.js';
 import { responsesFormat } from './events.js';
 import { chatFields, inputItems, Problems } from './input.js';
-import { inputItemsOf, RESPONSE_PREFIX, responseOf } from './present.js';
+import { inputItemsOf, resolveReferences } from './items.js';
+import { RESPONSE_PREFIX, responseOf } from './present.js';
 import { resumeStream } from './resume.js';
 import { ResponseBody, type ResponseEcho, type ResponseJobRequest } from './schema.js';
 
@@ -90,6 +91,7 @@ export function responseRoutes(app: FastifyInstance, deps: AppDeps): void {
           'a stream is answered as it runs; a webhook needs background: true or a response that does not stream',
         );
       }
+      const resolved = await resolveReferences(store, orgId, input, problems);
       problems.throwIfAny();
       const contexts = body.contexts ?? [];
       await checkModelAndContexts(deps, orgId, body.model, contexts);
@@ -131,7 +133,7 @@ export function responseRoutes(app: FastifyInstance, deps: AppDeps): void {
       const job: ResponseJobRequest = {
         model: body.model,
         contexts,
-        input,
+        input: resolved,
         instructions: body.instructions ?? null,
         previous,
         chat,
