@@ -109,6 +109,44 @@ describe.each(storeCases)('the Responses API over HTTP ($name)', (storeCase) => 
     expect(await fleet.kiln.call('DELETE', `/v1/responses/${id}`, { key })).toMatchObject(notFound(id));
   });
 
+  it.skipIf(storeCase.skip)(
+    "an item_reference is the stored item itself; another organisation's item, or none, is a 400 naming it",
+    async () => {
+      const owner = (await fleet.client()).key;
+      const other = (await fleet.client()).key;
+      const first = await create(owner, { model: 'brief', input: 'Say something.' });
+      const answer = first.body.output[0] as { id: string; content: Array<{ text: string }> };
+      const next = await create(owner, {
+        model: 'brief',
+        input: [
+          { type: 'item_reference', id: answer.id },
+          { role: 'user', content: 'Go on.' },
+        ],
+      });
+      expect(next.status).toBe(200);
+      const listed = await fleet.kiln.call('GET', `/v1/responses/${next.body.id}/input_items?order=asc`, {
+        key: owner,
+      });
+      expect(listed.body.data[0]).toMatchObject({
+        id: answer.id,
+        role: 'assistant',
+        content: answer.content,
+      });
+
+      const unknown = `msg_${randomUUID().replaceAll('-', '')}8000`;
+      for (const [key, id] of [
+        [other, answer.id],
+        [owner, unknown],
+        [owner, 'msg_not-one-of-ours'],
+      ] as const) {
+        const refused = await create(key, { model: 'brief', input: [{ type: 'item_reference', id }] });
+        expect(refused.status).toBe(400);
+        expect(refused.body.error).toMatchObject({ code: 'validation-failed', param: 'input[0].id' });
+        expect(refused.body.error.message).toContain(id);
+      }
+    },
+  );
+
   const weather = {
     type: 'function',
     name: 'get_weather',

@@ -161,6 +161,38 @@ describe.each(storeCases)('agent frameworks against Kiln ($name)', (storeCase) =
       });
     });
 
+    it('a second turn with the history: the SDK names the stored answer by item_reference, which Kiln resolves', async () => {
+      const key = await freshKey();
+      const first = await generateText({ model: assistant(key), prompt: 'Say something.', maxRetries: 0 });
+      const question = { role: 'user' as const, content: 'Say more about it.' };
+      const second = await generateText({
+        model: assistant(key),
+        messages: [{ role: 'user', content: 'Say something.' }, ...first.response.messages, question],
+        maxRetries: 0,
+      });
+
+      expect(second.text.length).toBeGreaterThan(0);
+      const [asked, answered] = await storedResponses(key, 2);
+      const [answer] = asked.output;
+      // The earlier answer comes back as the stored item itself, under its own id.
+      expect(await inputItemsOf(key, answered.id)).toMatchObject([
+        { type: 'message', role: 'user', content: [{ type: 'input_text', text: 'Say something.' }] },
+        { type: 'message', role: 'assistant', id: answer?.id, content: [{ text: first.text }] },
+        { type: 'message', role: 'user', content: [{ type: 'input_text', text: question.content }] },
+      ]);
+      // And the engine was sent it: the preamble, the first question, the answer, the second question.
+      expect(usageOf(answered).input_tokens).toBe(
+        countTokens(
+          renderChatPrompt([
+            { role: 'system', content: ASSISTANT.system },
+            { role: 'user', content: 'Say something.' },
+            { role: 'assistant', content: first.text },
+            { role: 'user', content: question.content },
+          ]),
+        ),
+      );
+    });
+
     it('a tool: the model calls get_weather, the SDK runs it and sends its output back, and the model answers', async () => {
       const key = await freshKey();
       const cities: string[] = [];
