@@ -9,7 +9,8 @@ import type { AppDeps } from './app.js';
 import { streamJob } from './stream.js';
 import { submitJob } from './submit.js';
 
-const routeOf = (meta: Record<string, unknown>): Record<string, string> => {
+/** The `x-kiln-route` header, from what the job recorded (its meta). */
+export const routeOf = (meta: Record<string, unknown>): Record<string, string> => {
   const route = meta.route as Route | undefined;
   return route ? { 'x-kiln-route': routeHeader(route) } : {};
 };

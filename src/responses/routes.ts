@@ -1,7 +1,7 @@
 import { Type } from '@sinclair/typebox';
 import type { FastifyInstance } from 'fastify';
 import type { AppDeps } from '../api/app.js';
-import { checkModelAndContexts } from '../api/chat.js';
+import { checkModelAndContexts, routeOf } from '../api/chat.js';
 import { streamJob } from '../api/stream.js';
 import { checkWebhook, submitJob } from '../api/submit.js';
 import { parseDuration } from '../config/schema.js';
@@ -147,6 +147,7 @@ export function responseRoutes(app: FastifyInstance, deps: AppDeps): void {
           format: responsesFormat,
           mode: background ? 'async' : 'stream',
           webhook: body.webhook,
+          headers: routeOf,
         });
       }
       return submitJob(
@@ -159,6 +160,7 @@ export function responseRoutes(app: FastifyInstance, deps: AppDeps): void {
           request: job,
           webhook: body.webhook,
           accepted: (row) => ({ status: 200, body: responseOf(row) }),
+          headers: (row) => routeOf(row.meta ? (JSON.parse(row.meta) as Record<string, unknown>) : {}),
         },
       );
     },

@@ -147,6 +147,23 @@ describe.each(storeCases)('the Responses API over HTTP ($name)', (storeCase) => 
     },
   );
 
+  it.skipIf(storeCase.skip)(
+    'says where it ran in x-kiln-route, as chat does, answered and streamed',
+    async () => {
+      const { key } = await fleet.client();
+      const answered = await create(key, { model: 'brief', input: 'Say something.' });
+      expect(answered.headers.get('x-kiln-route')).toMatch(
+        /^class=\w+; engine=\S+; replica=0; overflow=false/,
+      );
+      const streamed = await fleet.kiln.call('POST', '/v1/responses', {
+        key,
+        body: { model: 'brief', input: 'Say something.', stream: true },
+      });
+      expect(streamed.headers.get('content-type')).toMatch(/^text\/event-stream/);
+      expect(streamed.headers.get('x-kiln-route')).toMatch(/^class=\w+; engine=\S+; replica=0/);
+    },
+  );
+
   const weather = {
     type: 'function',
     name: 'get_weather',
