@@ -1,6 +1,6 @@
-import type { ChatChunk, ChatMessage } from '../engines/types.js';
-import { JobFailure, type JobKind } from '../jobs/kinds.js';
-import { EngineError, type Router } from '../router/index.js';
+import type { ChatChunk, ChatCompletion, ChatMessage } from '../engines/types.js';
+import { type HandlerResult, JobFailure, type JobKind, type RunContext } from '../jobs/kinds.js';
+import { EngineError, type Route, type RouteCall, type Router } from '../router/index.js';
 import type { Store } from '../store/index.js';
 import type { ChatJobRequest } from './schema.js';
 
@@ -33,7 +33,7 @@ export async function preamble(
  * The engine's failure, as the job's: its 4xx is the caller's error (`engine-rejected`, with the
  * engine's own fields), timeouts end `timeout`, a fleet that is down `engine-unavailable`.
  */
-export function asJobFailure(error: EngineError): JobFailure {
+function asJobFailure(error: EngineError): JobFailure {
   if (error.kind === 'rejected' && error.status !== undefined && error.status < 500) {
     return new JobFailure('engine-rejected', error.message, {
       engine_error: { status: error.status, ...error.engineFields },
@@ -49,6 +49,28 @@ export function asJobFailure(error: EngineError): JobFailure {
   }
   return new JobFailure('inference-failed', error.message);
 }
+
+/**
+ * A job's chat call through the router: its route recorded when it is chosen, and again with the
+ * cached tokens the engine reported; an engine's failure thrown as the job's.
+ */
+export async function chatThroughRouter(
+  job: Pick<RunContext<unknown>, 'record'>,
+  router: Router,
+  call: Omit<RouteCall, 'onRoute'>,
+): Promise<{ completion: ChatCompletion; route: Route }> {
+  try {
+    const answer = await router.chat({ ...call, onRoute: (route) => void job.record({ route }) });
+    if (answer.route.cached_reported !== undefined) await job.record({ route: answer.route });
+    return answer;
+  } catch (error) {
+    throw error instanceof EngineError ? asJobFailure(error) : error;
+  }
+}
+
+/** The engine's usage as the ledger's units. */
+export const ledgerUnits = (usage: ChatCompletion['usage']): HandlerResult<unknown>['usage'] =>
+  usage ? { inputUnits: usage.prompt_tokens, outputUnits: usage.completion_tokens } : undefined;
 
 /** A chunk as it goes out: the object, and its JSON text with Kiln's id, model and created. */
 interface Outgoing {
@@ -165,31 +187,20 @@ export function chatKind(deps: ChatDeps): JobKind<ChatJobRequest> {
       const created = Math.floor(Date.now() / 1000);
       const renamer = new ChunkRenamer(job.publicId, job.request.model, created);
       const relay = new ChunkRelay(job.request.includeUsage, renamer, (text) => job.publish(text));
-      try {
-        const { completion, route } = await router.chat({
-          model,
-          messages,
-          body,
-          signal,
-          onRoute: (route) => void job.record({ route }),
-          ...(job.mode === 'stream'
-            ? { onChunk: (chunk: ChatChunk, text: string) => relay.add(chunk, text) }
-            : {}),
-        });
-        relay.end();
-        // The route again, now with the cached tokens the engine reported.
-        if (route.cached_reported !== undefined) await job.record({ route });
-        const usage = completion.usage;
-        return {
-          result: { ...completion, id: job.publicId, model: job.request.model, created },
-          usage: usage
-            ? { inputUnits: usage.prompt_tokens, outputUnits: usage.completion_tokens }
-            : undefined,
-        };
-      } catch (error) {
-        if (error instanceof EngineError) throw asJobFailure(error);
-        throw error;
-      }
+      const { completion } = await chatThroughRouter(job, router, {
+        model,
+        messages,
+        body,
+        signal,
+        ...(job.mode === 'stream'
+          ? { onChunk: (chunk: ChatChunk, text: string) => relay.add(chunk, text) }
+          : {}),
+      });
+      relay.end();
+      return {
+        result: { ...completion, id: job.publicId, model: job.request.model, created },
+        usage: ledgerUnits(completion.usage),
+      };
     },
   };
 }

@@ -1,7 +1,6 @@
-import { asJobFailure, type ChatDeps, preamble } from '../chat/kind.js';
+import { type ChatDeps, chatThroughRouter, ledgerUnits, preamble } from '../chat/kind.js';
 import type { ChatChunk, ChatMessage } from '../engines/types.js';
 import { JobFailure, type JobKind } from '../jobs/kinds.js';
-import { EngineError } from '../router/index.js';
 import type { Store } from '../store/index.js';
 import { ResponseEvents } from './events.js';
 import { chatMessages } from './input.js';
@@ -92,15 +91,13 @@ export function responseKind(deps: ChatDeps): JobKind<ResponseJobRequest> {
         events.chunk(chunk);
       };
       try {
-        const { completion, route } = await router.chat({
+        const { completion, route } = await chatThroughRouter(job, router, {
           model,
           messages,
           body,
           signal,
-          onRoute: (route) => void job.record({ route }),
           ...(events ? { onChunk } : {}),
         });
-        if (route.cached_reported !== undefined) await job.record({ route });
         const choice = completion.choices[0];
         const end = endOf(choice?.finish_reason);
         let output: Item[];
@@ -118,15 +115,8 @@ export function responseKind(deps: ChatDeps): JobKind<ResponseJobRequest> {
         events?.end(end.status === 'completed' ? 'response.completed' : 'response.incomplete', result);
         // The whole log, the last event with it, is in the store before the job is terminal.
         await log?.close();
-        const usage = completion.usage;
-        return {
-          result,
-          usage: usage
-            ? { inputUnits: usage.prompt_tokens, outputUnits: usage.completion_tokens }
-            : undefined,
-        };
-      } catch (error) {
-        const failure = error instanceof EngineError ? asJobFailure(error) : error;
+        return { result, usage: ledgerUnits(completion.usage) };
+      } catch (failure) {
         // A stream that has begun ends with `response.failed`; before any output the caller gets an HTTP error.
         if (events?.started && failure instanceof JobFailure && !signal.aborted) {
           events.end(
