@@ -3,23 +3,13 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { FlavorName, LlmSim } from '../../src/sim/llm/server.js';
 import { startTestServer, type TestServer } from '../helpers/server.js';
 import { storeCases } from '../helpers/stores.js';
-import { closeAll, engine, simPool } from './fleet.js';
+import { closeAll, engine, expectEngineStopped, simPool, until } from './fleet.js';
 
 /**
  * A cancelled chat job stops the engine's generation, whatever the mode: measured on the simulated
  * replica's own counters. The replica models an engine that notices a closed stream and ignores a
  * closed non-streaming request (llama.cpp, recorded), which Kiln therefore always calls streaming.
  */
-
-/** Waits (polling) until `condition` holds; fails after `timeoutMs`. */
-async function until(condition: () => boolean | Promise<boolean>, timeoutMs: number, what: string) {
-  const started = performance.now();
-  while (!(await condition())) {
-    if (performance.now() - started > timeoutMs) throw new Error(`${what}: not within ${timeoutMs} ms`);
-    await sleep(5);
-  }
-  return performance.now() - started;
-}
 
 describe.each<FlavorName>(['vllm', 'llama.cpp'])('cancellation reaches a %s engine', (flavor) => {
   let kiln: TestServer;
@@ -64,21 +54,8 @@ describe.each<FlavorName>(['vllm', 'llama.cpp'])('cancellation reaches a %s engi
     return job;
   }
 
-  /**
-   * The replica lets go of the request within 1 s of the cancellation (its slot is free), and its
-   * generation counter then stands still: the tokens it generated for the request.
-   */
-  async function expectStopped(before: number): Promise<number> {
-    await until(
-      () => sim.stats().running === 0 && sim.stats().waiting === 0,
-      1000,
-      'the replica freeing the slot',
-    );
-    const stopped = sim.stats().generationTokens;
-    await sleep(300);
-    expect(sim.stats().generationTokens).toBe(stopped);
-    return stopped - before;
-  }
+  /** The tokens the replica generated since `before`, once it has stopped generating. */
+  const expectStopped = async (before: number) => (await expectEngineStopped(sim)) - before;
 
   /** Waits for the replica to be idle, so that each test starts on a quiet engine. */
   const idle = () => until(() => sim.stats().running === 0, 10_000, 'the replica going idle');

@@ -1,3 +1,5 @@
+import { setTimeout as sleep } from 'node:timers/promises';
+import { expect } from 'vitest';
 import { type LlmSim, type LlmSimOptions, startLlmFleet } from '../../src/sim/llm/server.js';
 
 /** Simulated replicas for chat tests, all serving `sim-model`, which Kiln calls `m`. */
@@ -16,4 +18,33 @@ export function engine(serves: string, sims: LlmSim[], extra: Record<string, unk
 
 export async function closeAll(sims: LlmSim[]): Promise<void> {
   await Promise.all(sims.map((s) => s.close()));
+}
+
+/** Waits (polling) until `condition` holds; fails after `timeoutMs`. */
+export async function until(
+  condition: () => boolean | Promise<boolean>,
+  timeoutMs: number,
+  what: string,
+): Promise<void> {
+  const started = performance.now();
+  while (!(await condition())) {
+    if (performance.now() - started > timeoutMs) throw new Error(`${what}: not within ${timeoutMs} ms`);
+    await sleep(5);
+  }
+}
+
+/**
+ * The replica lets go of every request within 1 s (its slot is free), and its generation counter
+ * then stands still; answers that counter, so a test can subtract where it stood before.
+ */
+export async function expectEngineStopped(sim: LlmSim): Promise<number> {
+  await until(
+    () => sim.stats().running === 0 && sim.stats().waiting === 0,
+    1000,
+    'the replica freeing the slot',
+  );
+  const stopped = sim.stats().generationTokens;
+  await sleep(300);
+  expect(sim.stats().generationTokens).toBe(stopped);
+  return stopped;
 }

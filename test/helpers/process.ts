@@ -1,6 +1,11 @@
 import { type ChildProcess, spawn } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
+import { openStore, type Store } from '../../src/store/index.js';
+import type { StoreCase } from './stores.js';
 
 /** The repository root: children run from here so `--import tsx` and the fixture paths resolve. */
 export const REPO_ROOT = fileURLToPath(new URL('../..', import.meta.url));
@@ -153,6 +158,54 @@ export async function startWorkerProcess(
   const proc = spawnKiln(env, ['--worker']);
   await proc.waitForLine((l) => l.msg === 'kiln worker is running', timeoutMs);
   return proc;
+}
+
+/** A world for tests that run Kiln as child processes on one data dir and one fresh store. */
+export interface ProcessWorld {
+  readonly dataDir: string;
+  /** The children's environment: the world's, short leases, and `extra` over them. */
+  env(extra?: Record<string, string>): Record<string, string>;
+  /** The admin key the first child wrote to the data dir. */
+  adminKey(): string;
+  /** The test's own connection to the store the children share (opened after they migrated it). */
+  store(): Store;
+  /** Kills every child, closes the test's connection, and removes the store and the data dir. */
+  cleanup(): Promise<void>;
+}
+
+/**
+ * A temporary data dir (named `prefix…`) and a fresh store of `storeCase`, for children that
+ * listen on any port, hold a job's lease 2 s and poll for jobs every 200 ms, so that one killed
+ * is noticed quickly.
+ */
+export function processWorld(storeCase: StoreCase, prefix: string): ProcessWorld {
+  const dataDir = mkdtempSync(path.join(tmpdir(), prefix));
+  const fresh = storeCase.fresh();
+  let store: Store | undefined;
+  return {
+    dataDir,
+    env: (extra = {}) => ({
+      KILN_DATA_DIR: dataDir,
+      KILN_PORT: '0',
+      KILN_STORE_URL: fresh.store.url,
+      KILN_STORE_SCHEMA: fresh.store.schema,
+      KILN_JOBS_LEASE_SECONDS: '2',
+      KILN_JOBS_POLL_INTERVAL_MS: '200',
+      KILN_LOG_LEVEL: 'info',
+      ...extra,
+    }),
+    adminKey: () => readFileSync(path.join(dataDir, 'admin.key'), 'utf8').trim(),
+    store() {
+      store ??= openStore({ ...fresh.store, pool_size: 2 });
+      return store;
+    },
+    async cleanup() {
+      await killAll();
+      await store?.close().catch(() => undefined);
+      await fresh.cleanup();
+      rmSync(dataDir, { recursive: true, force: true });
+    },
+  };
 }
 
 /** Polls `probe` until it answers a truthy value; throws `describe()` after `timeoutMs`. */

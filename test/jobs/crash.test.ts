@@ -1,13 +1,13 @@
-import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { existsSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { openStore, type Store } from '../../src/store/index.js';
+import type { Store } from '../../src/store/index.js';
 import type { JobRow } from '../../src/store/types.js';
 import {
   type KilnProcess,
   killAll,
   mapLimit,
+  processWorld,
   startServerProcess,
   startWorkerProcess,
   waitUntil,
@@ -59,42 +59,15 @@ const groupBy = <T>(items: readonly T[], key: (item: T) => string) => {
 
 const randomMs = (min: number, max: number) => min + Math.floor(Math.random() * (max - min + 1));
 
-/** One scenario's temporary world: data dir, side-effect file, fresh store, and every child it started. */
+/** One scenario's temporary world, with the file the test kind writes its side effects to. */
 function scenario(storeCase: StoreCase) {
-  const dataDir = mkdtempSync(path.join(tmpdir(), 'kiln-crash-'));
-  const sideEffects = path.join(dataDir, 'side-effects.log');
-  const fresh = storeCase.fresh();
-  let store: Store | undefined;
-
-  const env = (extra: Record<string, string> = {}): Record<string, string> => ({
-    KILN_DATA_DIR: dataDir,
-    KILN_PORT: '0',
-    KILN_STORE_URL: fresh.store.url,
-    KILN_STORE_SCHEMA: fresh.store.schema,
-    KILN_JOBS_LEASE_SECONDS: '2',
-    KILN_JOBS_WORKERS: '8',
-    KILN_JOBS_POLL_INTERVAL_MS: '200',
-    KILN_LOG_LEVEL: 'info',
-    KILN_TEST_SIDE_EFFECTS: sideEffects,
-    ...extra,
-  });
-
+  const world = processWorld(storeCase, 'kiln-crash-');
+  const sideEffects = path.join(world.dataDir, 'side-effects.log');
   return {
-    dataDir,
+    ...world,
     sideEffects,
-    env,
-    adminKey: () => readFileSync(path.join(dataDir, 'admin.key'), 'utf8').trim(),
-    /** The test's own connection to the store the children share (opened after they migrated it). */
-    store(): Store {
-      store ??= openStore({ ...fresh.store, pool_size: 2 });
-      return store;
-    },
-    async cleanup() {
-      await killAll();
-      await store?.close().catch(() => undefined);
-      await fresh.cleanup();
-      rmSync(dataDir, { recursive: true, force: true });
-    },
+    env: (extra: Record<string, string> = {}) =>
+      world.env({ KILN_JOBS_WORKERS: '8', KILN_TEST_SIDE_EFFECTS: sideEffects, ...extra }),
   };
 }
 

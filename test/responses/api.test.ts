@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { until } from '../chat/fleet.js';
 import {
   expectValidDeletedResponse,
   expectValidInputItemList,
@@ -7,7 +8,7 @@ import {
 } from '../helpers/openai-schema.js';
 import type { TestServer } from '../helpers/server.js';
 import { storeCases } from '../helpers/stores.js';
-import { type ResponsesFleet, startResponsesFleet, until } from './fleet.js';
+import { type ResponsesFleet, startResponsesFleet } from './fleet.js';
 
 /** The Responses API over plain HTTP, on every store: one organisation's responses, and refusals. */
 describe.each(storeCases)('the Responses API over HTTP ($name)', (storeCase) => {

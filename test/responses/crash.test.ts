@@ -1,13 +1,11 @@
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { writeFileSync } from 'node:fs';
 import path from 'node:path';
 import OpenAI from 'openai';
 import { afterAll, afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { LlmSim } from '../../src/sim/llm/server.js';
-import { openStore, type Store } from '../../src/store/index.js';
 import type { JobRow } from '../../src/store/types.js';
 import { closeAll, engine, simPool } from '../chat/fleet.js';
-import { killAll, startServerProcess, waitUntil } from '../helpers/process.js';
+import { killAll, processWorld, startServerProcess, waitUntil } from '../helpers/process.js';
 import { caseTitle, type StoreCase, storeCases } from '../helpers/stores.js';
 
 /**
@@ -33,10 +31,10 @@ interface LedgerRow {
   output_units: number | string;
 }
 
-/** One scenario's world: a data dir with the fleet's config, a fresh store, the children it starts. */
+/** One scenario's world, its data dir holding the fleet's config. */
 function scenario(storeCase: StoreCase, sims: LlmSim[]) {
-  const dataDir = mkdtempSync(path.join(tmpdir(), 'kiln-response-crash-'));
-  const config = path.join(dataDir, 'kiln.yaml');
+  const world = processWorld(storeCase, 'kiln-response-crash-');
+  const config = path.join(world.dataDir, 'kiln.yaml');
   writeFileSync(
     config,
     JSON.stringify({
@@ -44,33 +42,7 @@ function scenario(storeCase: StoreCase, sims: LlmSim[]) {
       personas: { [PERSONA]: { model: 'm', defaults: { stop: ['.'] } } },
     }),
   );
-  const fresh = storeCase.fresh();
-  let store: Store | undefined;
-
-  return {
-    env: {
-      KILN_CONFIG: config,
-      KILN_DATA_DIR: dataDir,
-      KILN_PORT: '0',
-      KILN_STORE_URL: fresh.store.url,
-      KILN_STORE_SCHEMA: fresh.store.schema,
-      KILN_JOBS_LEASE_SECONDS: '2',
-      KILN_JOBS_POLL_INTERVAL_MS: '200',
-      KILN_LOG_LEVEL: 'info',
-    },
-    adminKey: () => readFileSync(path.join(dataDir, 'admin.key'), 'utf8').trim(),
-    /** The test's own connection to the store the children share (opened after they migrated it). */
-    store(): Store {
-      store ??= openStore({ ...fresh.store, pool_size: 2 });
-      return store;
-    },
-    async cleanup() {
-      await killAll();
-      await store?.close().catch(() => undefined);
-      await fresh.cleanup();
-      rmSync(dataDir, { recursive: true, force: true });
-    },
-  };
+  return { ...world, env: world.env({ KILN_CONFIG: config }) };
 }
 
 const openai = (url: string, apiKey: string) => new OpenAI({ baseURL: `${url}/v1`, apiKey, maxRetries: 0 });

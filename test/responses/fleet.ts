@@ -1,6 +1,4 @@
-import { setTimeout as sleep } from 'node:timers/promises';
 import OpenAI from 'openai';
-import { expect } from 'vitest';
 import type { LlmSim } from '../../src/sim/llm/server.js';
 import { closeAll, engine, simPool } from '../chat/fleet.js';
 import { expectValidResponse, expectValidStreamEvent } from '../helpers/openai-schema.js';
@@ -45,32 +43,6 @@ export async function startResponsesFleet(storeCase: StoreCase): Promise<Respons
       await closeAll([quick, slow]);
     },
   };
-}
-
-/** Waits (polling) until `condition` holds; fails after `timeoutMs`. */
-export async function until(
-  condition: () => boolean | Promise<boolean>,
-  timeoutMs: number,
-  what: string,
-): Promise<void> {
-  const started = performance.now();
-  while (!(await condition())) {
-    if (performance.now() - started > timeoutMs) throw new Error(`${what}: not within ${timeoutMs} ms`);
-    await sleep(10);
-  }
-}
-
-/** The replica lets go of every request within 1 s, and its generation counter then stands still. */
-export async function expectEngineStopped(sim: LlmSim): Promise<number> {
-  await until(
-    () => sim.stats().running === 0 && sim.stats().waiting === 0,
-    1000,
-    'the replica freeing the slot',
-  );
-  const stopped = sim.stats().generationTokens;
-  await sleep(300);
-  expect(sim.stats().generationTokens).toBe(stopped);
-  return stopped;
 }
 
 /** The response, once it has been checked against OpenAI's Response schema. */

@@ -2,16 +2,10 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import OpenAI, { type APIError } from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { countTokens, renderChatPrompt } from '../../src/sim/llm/text.js';
+import { expectEngineStopped, until } from '../chat/fleet.js';
 import { expectValidInputItemList } from '../helpers/openai-schema.js';
 import { storeCases } from '../helpers/stores.js';
-import {
-  eventsOf,
-  expectEngineStopped,
-  type ResponsesFleet,
-  startResponsesFleet,
-  until,
-  valid,
-} from './fleet.js';
+import { eventsOf, type ResponsesFleet, startResponsesFleet, valid } from './fleet.js';
 
 /**
  * The Responses API as OpenAI's own client sees it, over HTTP, on every store. The simulated engine

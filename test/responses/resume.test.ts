@@ -3,11 +3,11 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import OpenAI from 'openai';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { uuidv7 } from '../../src/ids.js';
 import { ResponseLog } from '../../src/responses/log.js';
 import type { LlmSim } from '../../src/sim/llm/server.js';
 import type { ResponseEvent, Store } from '../../src/store/index.js';
 import { closeAll, engine, simPool } from '../chat/fleet.js';
+import { insertJob } from '../helpers/jobs.js';
 import { killAll, startServerProcess } from '../helpers/process.js';
 import { startTestServer, type TestServer } from '../helpers/server.js';
 import { caseTitle, freshStore, storeCases } from '../helpers/stores.js';
@@ -279,23 +279,7 @@ describe('the event log writer', () => {
   beforeEach(async () => {
     ({ store, close } = await freshStore(storeCases[0] as (typeof storeCases)[number]));
     const org = await store.orgs.create('acme');
-    const now = Date.now();
-    jobId = uuidv7(now);
-    await store.jobs.insert({
-      id: jobId,
-      org_id: org?.id as string,
-      key_id: 'key_test',
-      kind: 'response',
-      mode: 'async',
-      request: '{}',
-      max_attempts: 3,
-      queue_deadline: now + 60_000,
-      run_limit_ms: 60_000,
-      created_at: now,
-      webhook_url: null,
-      webhook_secret: null,
-      lease: { owner: 'w1', until: now + 60_000 },
-    });
+    jobId = await insertJob(store, org?.id as string, { kind: 'response', running: true });
     inserts = [];
     failures = 0;
     const append = store.responseEvents.append.bind(store.responseEvents);

@@ -1,6 +1,6 @@
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { uuidv7 } from '../../src/ids.js';
 import type { Store } from '../../src/store/index.js';
+import { insertJob } from '../helpers/jobs.js';
 import { caseTitle, freshStore, storeCases } from '../helpers/stores.js';
 
 /** The response event log's statements, the same on every store. */
@@ -16,27 +16,8 @@ for (const storeCase of storeCases) {
     });
     afterEach(async () => close());
 
-    /** A job in its first run, leased to `w1`, or queued. */
-    const job = async (running = true) => {
-      const now = Date.now();
-      const id = uuidv7(now);
-      await store.jobs.insert({
-        id,
-        org_id: orgId,
-        key_id: 'key_test',
-        kind: 'response',
-        mode: 'async',
-        request: '{}',
-        max_attempts: 3,
-        queue_deadline: now + 60_000,
-        run_limit_ms: 60_000,
-        created_at: now,
-        webhook_url: null,
-        webhook_secret: null,
-        ...(running ? { lease: { owner: 'w1', until: now + 60_000 } } : {}),
-      });
-      return id;
-    };
+    /** A response job in its first run, leased to `w1`, or queued. */
+    const job = (running = true) => insertJob(store, orgId, { kind: 'response', running });
     const events = (from: number, to: number) =>
       Array.from({ length: to - from + 1 }, (_, i) => ({
         seq: from + i,
