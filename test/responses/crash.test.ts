@@ -5,6 +5,7 @@ import { afterAll, afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { LlmSim } from '../../src/sim/llm/server.js';
 import type { JobRow } from '../../src/store/types.js';
 import { closeAll, engine, simPool } from '../chat/fleet.js';
+import { expectValidResponse } from '../helpers/openai-schema.js';
 import { killAll, processWorld, startServerProcess, waitUntil } from '../helpers/process.js';
 import { caseTitle, type StoreCase, storeCases } from '../helpers/stores.js';
 
@@ -115,6 +116,8 @@ for (const storeCase of storeCases) {
       const doneAt = Date.now();
 
       // The caller sees its response, under the id it was given, completed with an answer.
+      expectValidResponse(created);
+      expectValidResponse(done);
       expect(done.id).toBe(created.id);
       expect(done.created_at).toBe(created.created_at);
       expect(done.status).toBe('completed');

@@ -8,6 +8,7 @@ import type { LlmSim } from '../../src/sim/llm/server.js';
 import type { ResponseEvent, Store } from '../../src/store/index.js';
 import { closeAll, engine, simPool } from '../chat/fleet.js';
 import { insertJob } from '../helpers/jobs.js';
+import { expectValidStreamEvent } from '../helpers/openai-schema.js';
 import { killAll, startServerProcess } from '../helpers/process.js';
 import { startTestServer, type TestServer } from '../helpers/server.js';
 import { caseTitle, freshStore, storeCases } from '../helpers/stores.js';
@@ -32,10 +33,11 @@ const ask = {
   stream: true,
 } as const;
 
-/** The first `n` events, then the connection goes away. */
+/** The first `n` events, then the connection goes away; each held to OpenAI's schema for its type. */
 async function firstEvents(stream: AsyncIterable<StreamEvent>, n: number): Promise<StreamEvent[]> {
   const events: StreamEvent[] = [];
   for await (const event of stream) {
+    expectValidStreamEvent(event);
     events.push(event);
     if (events.length >= n) break;
   }
@@ -44,7 +46,10 @@ async function firstEvents(stream: AsyncIterable<StreamEvent>, n: number): Promi
 
 async function allEvents(stream: AsyncIterable<StreamEvent>): Promise<StreamEvent[]> {
   const events: StreamEvent[] = [];
-  for await (const event of stream) events.push(event);
+  for await (const event of stream) {
+    expectValidStreamEvent(event);
+    events.push(event);
+  }
   return events;
 }
 
