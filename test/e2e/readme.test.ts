@@ -103,7 +103,7 @@ describe('the README walk-through', () => {
 });
 
 describe('kiln dev', () => {
-  it('starts the gateway with a simulated fleet that the openai client can use in every mode', async () => {
+  it('starts the gateway with a simulated fleet that the openai client (chat and responses) and the AI SDK can use', async () => {
     const dir = mkdtempSync(path.join(tmpdir(), 'kiln-dev-'));
     const dev = spawn(process.execPath, [KILN_BIN, 'dev'], {
       cwd: dir,
@@ -144,6 +144,45 @@ describe('kiln dev', () => {
         streamed += chunk.choices[0]?.delta.content ?? '';
       }
       expect(streamed.split(' ')).toHaveLength(5);
+
+      // The Responses API on the same fleet: answered, continued, streamed, and through the AI SDK.
+      const first = await client.responses.create({
+        model: 'assistant',
+        input: 'Hello',
+        max_output_tokens: 6,
+      });
+      expect(first.output_text.split(' ')).toHaveLength(6);
+      const second = await client.responses.create({
+        model: 'assistant',
+        input: 'And then?',
+        previous_response_id: first.id,
+        max_output_tokens: 6,
+      });
+      expect(second.usage?.input_tokens).toBeGreaterThan(
+        (first.usage?.input_tokens ?? 0) + (first.usage?.output_tokens ?? 0),
+      );
+      const types = new Set<string>();
+      for await (const event of await client.responses.create({
+        model: 'support',
+        input: 'How does routing work?',
+        max_output_tokens: 4,
+        stream: true,
+      })) {
+        types.add(event.type);
+      }
+      expect([...types]).toEqual(
+        expect.arrayContaining(['response.created', 'response.output_text.delta', 'response.incomplete']),
+      );
+      const { createOpenAI } = await import('@ai-sdk/openai');
+      const { generateText } = await import('ai');
+      const provider = createOpenAI({ baseURL: `${base}/v1`, apiKey: client.apiKey ?? '' });
+      const { text } = await generateText({
+        model: provider('assistant'),
+        prompt: 'Hello',
+        maxOutputTokens: 3,
+        maxRetries: 0,
+      });
+      expect(text.split(' ')).toHaveLength(3);
     } finally {
       dev.kill('SIGTERM');
       await new Promise((r) => dev.once('exit', r));
