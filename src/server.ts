@@ -30,13 +30,54 @@ export interface RunningServer {
   close(): Promise<void>;
 }
 
-/** Opens the store, creates the first admin key on an empty store, listens, then starts the workers. */
+/** The bind failures a user can fix by choosing another address, and what each means. */
+const BIND_FAILURES = {
+  EADDRINUSE: 'the port is already in use',
+  EACCES: 'permission denied (ports below 1024 need privileges)',
+  EADDRNOTAVAIL: 'the host is not an address of this machine',
+} as const;
+
+export type BindFailure = keyof typeof BIND_FAILURES;
+
+/** `host:port` as a URL writes it (IPv6 in brackets). */
+const hostPort = (host: string, port: number) => `${host.includes(':') ? `[${host}]` : host}:${port}`;
+
+/** The gateway could not take its address; everything the start had opened is closed again. */
+export class ListenError extends Error {
+  override name = 'ListenError';
+  constructor(
+    readonly host: string,
+    readonly port: number,
+    readonly code: BindFailure,
+    options: { cause: unknown },
+  ) {
+    super(`cannot listen on ${hostPort(host, port)}: ${BIND_FAILURES[code]}`, options);
+  }
+}
+
+async function listen(app: FastifyInstance, config: Config): Promise<void> {
+  try {
+    await app.listen({ host: config.host, port: config.port });
+  } catch (error) {
+    const code = (error as NodeJS.ErrnoException).code;
+    if (code !== undefined && code in BIND_FAILURES) {
+      throw new ListenError(config.host, config.port, code as BindFailure, { cause: error });
+    }
+    throw error;
+  }
+}
+
+/**
+ * Opens the store, creates the first admin key on an empty store, listens, then starts the workers.
+ * A start that fails on the way (a busy port, most often) closes what it opened before it throws.
+ */
 export async function startServer(
   config: Config,
   logger: Logger = createLogger(config),
   options: ServerOptions = {},
 ): Promise<RunningServer> {
   const runtime = await createRuntime(config, logger, options.kinds);
+  let app: FastifyInstance | undefined;
   try {
     const keyFile = await bootstrapStore(runtime.store, config.data_dir);
     if (keyFile)
@@ -44,31 +85,34 @@ export async function startServer(
         { path: keyFile },
         'created organisation "default" and an admin key; the key is in this file',
       );
+    app = await buildApp({
+      ...runtime,
+      runtime,
+      logger,
+      ...(options.routes ? { routes: options.routes } : {}),
+    });
+    await listen(app, config);
+    await runtime.startBackground();
   } catch (error) {
-    await runtime.close().catch(() => undefined);
+    const stopped = (err: unknown) => logger.error({ err }, 'while stopping after a failed start');
+    await app?.close().catch(stopped);
+    await runtime.close().catch(stopped);
     throw error;
   }
-  const app = await buildApp({
-    ...runtime,
-    runtime,
-    logger,
-    ...(options.routes ? { routes: options.routes } : {}),
-  });
-  await app.listen({ host: config.host, port: config.port });
-  await runtime.startBackground();
-  const address = app.server.address();
+  const listening = app;
+  const address = listening.server.address();
   const port = typeof address === 'object' && address ? address.port : config.port;
-  const host = config.host.includes(':') ? `[${config.host}]` : config.host;
-  const url = config.public_url || `http://${host === '0.0.0.0' ? '127.0.0.1' : host}:${port}`;
+  const url =
+    config.public_url || `http://${hostPort(config.host === '0.0.0.0' ? '127.0.0.1' : config.host, port)}`;
   runtime.setPublicUrl(url);
   logger.info({ url, store: runtime.store.dialect, workers: config.jobs.workers }, 'kiln is listening');
   return {
-    app,
+    app: listening,
     store: runtime.store,
     runtime,
     url,
     async close() {
-      await app.close();
+      await listening.close();
       await runtime.close();
     },
   };

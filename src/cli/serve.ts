@@ -1,6 +1,56 @@
-import type { Command } from 'commander';
+import { type Command, InvalidArgumentError } from 'commander';
 import type { Logger } from 'pino';
+import { loadConfig } from '../config/load.js';
+import type { Config } from '../config/schema.js';
+import type { RunningServer } from '../server.js';
 import { serverConfig, UsageError } from './common.js';
+
+/** `--port`: a whole number from 0 to 65535, as the `port` key allows. */
+function portNumber(text: string): number {
+  const value = Number(text);
+  if (!/^\d+$/.test(text.trim()) || value > 65535) {
+    throw new InvalidArgumentError('expected a whole number from 0 to 65535 (0 = any free port)');
+  }
+  return value;
+}
+
+/** Adds `--port` to a command that starts the gateway. */
+export function withPortOption(command: Command): Command {
+  return command.option(
+    '--port <port>',
+    'HTTP port, over KILN_PORT and the config file (0 = any free port)',
+    portNumber,
+  );
+}
+
+/** The configuration `kiln serve` runs with: `--config` (or `file`), KILN_*, and `--port` over both. */
+export function gatewayConfig(command: Command, file?: string) {
+  const { config, port } = command.optsWithGlobals<{ config?: string; port?: number }>();
+  return loadConfig({ file: file ?? config, overrides: port === undefined ? {} : { port } });
+}
+
+/**
+ * Starts the gateway; a bind failure (busy port, privileged port, foreign host) becomes one line
+ * saying how to choose another address. `startServer` has closed everything it opened by then.
+ */
+export async function startGateway(
+  config: Config & { configFile?: string | undefined },
+  logger: Logger,
+  userFile: string | undefined,
+): Promise<RunningServer> {
+  const { ListenError, startServer } = await import('../server.js');
+  try {
+    return await startServer(config, logger);
+  } catch (error) {
+    if (!(error instanceof ListenError)) throw error;
+    const where = userFile ?? 'kiln.yaml';
+    const how =
+      error.code === 'EADDRNOTAVAIL'
+        ? `choose another host with KILN_HOST or "host:" in ${where} (127.0.0.1 for this machine only, 0.0.0.0 for every interface)`
+        : `choose another port with --port <n>, KILN_PORT=<n> or "port: <n>" in ${where} (0 = any free port)`;
+    throw new UsageError(`${error.message}; ${how}`);
+  }
+}
 
 /** On SIGINT or SIGTERM: finish cleanly (running jobs go back to the queue), then exit. */
 function onStop(logger: Logger, close: () => Promise<void>): void {
@@ -18,10 +68,10 @@ function onStop(logger: Logger, close: () => Promise<void>): void {
 
 /** `kiln serve`: the gateway with the configured store, until SIGINT/SIGTERM; SIGHUP reloads the fleet. */
 export async function serve(command: Command): Promise<void> {
-  const config = serverConfig(command);
-  const { createLogger, startServer } = await import('../server.js');
+  const config = gatewayConfig(command);
+  const { createLogger } = await import('../server.js');
   const logger = createLogger(config);
-  const server = await startServer(config, logger);
+  const server = await startGateway(config, logger, config.configFile);
   onStop(logger, () => server.close());
   // SIGHUP: re-read engines, personas and routing without dropping requests.
   process.on('SIGHUP', () => {
@@ -32,10 +82,9 @@ export async function serve(command: Command): Promise<void> {
 }
 
 export function serveCommands(program: Command): void {
-  program
-    .command('serve')
-    .description('run the gateway (HTTP API and workers) with the configured store')
-    .action(async (_options, command: Command) => serve(command));
+  withPortOption(
+    program.command('serve').description('run the gateway (HTTP API and workers) with the configured store'),
+  ).action(async (_options, command: Command) => serve(command));
 
   program
     .command('worker')
