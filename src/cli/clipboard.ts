@@ -1,31 +1,35 @@
 import clipboard from 'clipboardy';
+import { type ClipboardUse, noDisplay, whyClipboardFailed } from './clipboard-diagnosis.js';
 import { UsageError } from './common.js';
 
-/** Linux clipboards live in a display server; without one there is nothing to copy to. */
-function displayMissing(env: NodeJS.ProcessEnv): boolean {
-  return process.platform === 'linux' && !env.DISPLAY && !env.WAYLAND_DISPLAY;
-}
+const INSTEAD: Record<ClipboardUse, string> = {
+  copy: 'use --stdout to print the content instead',
+  paste: 'pass the content with -c <content>, --file <path> or on stdin',
+};
 
-function unavailable(reason: string, instead: string): UsageError {
-  return new UsageError(`no clipboard is available (${reason}); ${instead}`);
-}
-
-export async function copyToClipboard(text: string, env = process.env): Promise<void> {
-  const instead = 'use --stdout to print the content instead';
-  if (displayMissing(env)) throw unavailable('no display: DISPLAY and WAYLAND_DISPLAY are unset', instead);
+/** Runs one clipboard operation; any failure becomes one line saying why and what to do instead. */
+async function withClipboard<T>(
+  use: ClipboardUse,
+  env: NodeJS.ProcessEnv,
+  run: () => Promise<T>,
+): Promise<T> {
+  const missing = noDisplay(env);
+  if (missing) throw unavailable(missing, use);
   try {
-    await clipboard.write(text);
+    return await run();
   } catch (error) {
-    throw unavailable((error as Error).message, instead);
+    throw unavailable(await whyClipboardFailed(error, use, env), use);
   }
 }
 
-export async function readClipboard(env = process.env): Promise<string> {
-  const instead = 'pass the content with -c <content>, --file <path> or on stdin';
-  if (displayMissing(env)) throw unavailable('no display: DISPLAY and WAYLAND_DISPLAY are unset', instead);
-  try {
-    return await clipboard.read();
-  } catch (error) {
-    throw unavailable((error as Error).message, instead);
-  }
+function unavailable(reason: string, use: ClipboardUse): UsageError {
+  return new UsageError(`no clipboard is available (${reason}); ${INSTEAD[use]}`);
+}
+
+export function copyToClipboard(text: string, env = process.env): Promise<void> {
+  return withClipboard('copy', env, () => clipboard.write(text));
+}
+
+export function readClipboard(env = process.env): Promise<string> {
+  return withClipboard('paste', env, () => clipboard.read());
 }
