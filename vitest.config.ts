@@ -6,5 +6,7 @@ export default defineConfig({
     testTimeout: 20_000,
     hookTimeout: 30_000,
     pool: 'forks',
+    // Vitest's summary, then why tests were skipped (test/helpers/skip-reporter.ts).
+    reporters: ['default', './test/helpers/skip-reporter.ts'],
   },
 });

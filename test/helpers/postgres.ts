@@ -4,8 +4,8 @@ export const POSTGRES_URL = process.env.KILN_TEST_POSTGRES_URL || 'postgres://po
 const required = process.env.KILN_REQUIRE_POSTGRES === '1';
 
 /**
- * Whether PostgreSQL tests can run. Unreachable means skipped, with the reason in the test name,
- * unless KILN_REQUIRE_POSTGRES=1 (CI), where it is a failure instead.
+ * Whether PostgreSQL tests can run. Unreachable means skipped, with the reason in the test name and
+ * the run's summary (stores.ts records it), unless KILN_REQUIRE_POSTGRES=1 (CI), where it is a failure instead.
  */
 export async function probePostgres(): Promise<{ available: true } | { available: false; reason: string }> {
   const client = new pg.Client({ connectionString: POSTGRES_URL, connectionTimeoutMillis: 3000 });

@@ -1,6 +1,7 @@
 import { type ChildProcess, execFile, spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { promisify } from 'node:util';
+import { skipReason } from './skip-reporter.js';
 
 const execFileAsync = promisify(execFile);
 
@@ -10,14 +11,14 @@ export const XCLIP = '/usr/bin/xclip';
 /**
  * Whether the real-clipboard tests can run: they need Xvfb (a headless X server) and xclip (to read
  * and write the clipboard independently of Kiln). Missing means skipped, with the reason in the
- * test name, unless KILN_REQUIRE_CLIPBOARD=1 (CI), where it is a failure instead.
+ * test name and the run's summary, unless KILN_REQUIRE_CLIPBOARD=1 (CI), where it is a failure instead.
  */
 export function probeClipboard(): { available: true } | { available: false; reason: string } {
   const missing = [XVFB, XCLIP].filter((file) => !existsSync(file));
   if (missing.length === 0) return { available: true };
-  const reason = `${missing.join(' and ')} not installed (Debian: apt-get install xvfb xclip)`;
+  const reason = `the real-clipboard tests need ${missing.join(' and ')} (Debian: sudo apt-get install xvfb xclip)`;
   if (process.env.KILN_REQUIRE_CLIPBOARD === '1') throw new Error(`KILN_REQUIRE_CLIPBOARD=1 but ${reason}`);
-  return { available: false, reason };
+  return { available: false, reason: skipReason(reason, 'KILN_REQUIRE_CLIPBOARD') };
 }
 
 export interface Xvfb {
