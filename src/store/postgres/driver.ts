@@ -1,5 +1,6 @@
 import pg from 'pg';
 import type { Channel, Dialect, SqlDriver, SqlExecutor } from '../driver.js';
+import { storeOpenError } from './open-error.js';
 
 const dialect: Dialect = {
   name: 'postgres',
@@ -225,9 +226,16 @@ export class PostgresDriver implements SqlDriver {
     };
   }
 
-  /** Creates the configured schema when missing, so a fresh database needs no manual step. */
+  /**
+   * Creates the configured schema when missing, so a fresh database needs no manual step. This is
+   * the store's first connection: a failure says what was tried and where the URL comes from.
+   */
   async prepareDatabase(): Promise<void> {
-    await this.#pool.query(`CREATE SCHEMA IF NOT EXISTS "${this.#schema}"`);
+    try {
+      await this.#pool.query(`CREATE SCHEMA IF NOT EXISTS "${this.#schema}"`);
+    } catch (error) {
+      throw storeOpenError(this.#url, error);
+    }
   }
 
   async ping(): Promise<void> {
