@@ -1,7 +1,7 @@
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import type { Command } from 'commander';
-import { KilnApiError, KilnClient } from '../client/index.js';
+import { GatewayUnreachableError, KilnApiError, KilnClient } from '../client/index.js';
 import { ConfigError, loadConfig } from '../config/load.js';
 import { KilnError } from '../errors.js';
 
@@ -15,12 +15,19 @@ export function serverConfig(command: Command) {
   return loadConfig({ file: command.optsWithGlobals<{ config?: string }>().config });
 }
 
+const DEFAULT_BASE_URL = 'http://127.0.0.1:8080';
+
 /**
  * The client for commands that talk to a running gateway: KILN_BASE_URL and KILN_API_KEY, with
  * `<KILN_DATA_DIR or ./data>/admin.key` as the key when KILN_API_KEY is unset (a local gateway).
  */
 export function clientFromEnv(env: NodeJS.ProcessEnv = process.env): KilnClient {
-  const baseUrl = env.KILN_BASE_URL || 'http://127.0.0.1:8080';
+  const baseUrl = env.KILN_BASE_URL || DEFAULT_BASE_URL;
+  if (!/^https?:\/\/[^/]/i.test(baseUrl) || !URL.canParse(baseUrl)) {
+    throw new UsageError(
+      `KILN_BASE_URL must be the gateway's http(s) URL, such as ${DEFAULT_BASE_URL}; it is "${baseUrl}"`,
+    );
+  }
   let apiKey = env.KILN_API_KEY;
   if (!apiKey) {
     const keyFile = path.join(env.KILN_DATA_DIR || './data', 'admin.key');
@@ -30,7 +37,23 @@ export function clientFromEnv(env: NodeJS.ProcessEnv = process.env): KilnClient 
       throw new UsageError(`set KILN_API_KEY to your API key (no ${keyFile} to fall back on)`);
     }
   }
-  return new KilnClient({ baseUrl, apiKey });
+  const unreachableHint = env.KILN_BASE_URL
+    ? 'The address comes from KILN_BASE_URL.'
+    : `KILN_BASE_URL is unset, so this is the default; set it to the gateway's address.`;
+  return new KilnClient({ baseUrl, apiKey, unreachableHint });
+}
+
+/** What to check when the gateway answered with an error that suggests the wrong gateway or key. */
+function answerHint(error: KilnApiError): string | undefined {
+  if (!error.url) return undefined;
+  const origin = new URL(error.url).origin;
+  if (error.status === 401) {
+    return `the gateway at ${origin} did not accept the key: check KILN_API_KEY (or the admin.key it falls back on)`;
+  }
+  if (error.body.code === 'route-not-found' || error.body.code.startsWith('http-')) {
+    return `${error.url} is not a route of a Kiln gateway: check that KILN_BASE_URL is the gateway's address, without /v1`;
+  }
+  return undefined;
 }
 
 /** Prints any failure the way a user wants to read it, and answers the exit code. */
@@ -38,11 +61,17 @@ export function report(error: unknown): number {
   const out = (line: string) => process.stderr.write(`${line}\n`);
   if (error instanceof ConfigError || error instanceof UsageError) {
     out(`kiln: ${error.message}`);
+  } else if (error instanceof GatewayUnreachableError) {
+    // Never reached: say where the CLI looked and what to check, not what a gateway said.
+    out(`kiln: could not connect to ${error.url}: ${error.reason}`);
+    if (error.hint) out(`  ${error.hint}`);
   } else if (error instanceof KilnApiError || error instanceof KilnError) {
     const body = error.toBody();
     const status = error instanceof KilnApiError ? ` (HTTP ${error.status})` : '';
     out(`kiln: ${body.code}${status}: ${body.message}`);
     for (const d of body.details ?? []) out(`  - ${d.field}: ${d.message}`);
+    const hint = error instanceof KilnApiError ? answerHint(error) : undefined;
+    if (hint) out(`  ${hint}`);
   } else if (error instanceof Error && (error as NodeJS.ErrnoException).cause) {
     const cause = (error as { cause: { code?: string; message?: string } }).cause;
     out(`kiln: ${error.message}: ${cause.code ?? cause.message ?? String(cause)}`);

@@ -24,6 +24,7 @@ import {
   type VideoGenerationRequest,
   type VideoSubmission,
 } from './media.js';
+import { explainFetchFailure, shownUrl } from './network.js';
 
 export type { ContextList, ContextRecord, ContextWithContent } from '../contexts/service.js';
 export type { ListJobsQuery } from '../jobs/schemas.js';
@@ -48,6 +49,7 @@ export type {
   VideoResult,
   VideoSubmission,
 } from './media.js';
+export { GatewayUnreachableError } from './network.js';
 
 /**
  * A non-2xx answer from the gateway, carrying its error envelope. An error that ends a stream after
@@ -57,6 +59,8 @@ export class KilnApiError extends Error {
   constructor(
     readonly status: number,
     readonly body: ErrorBody,
+    /** The URL that answered (without its query), when the error is an HTTP answer. */
+    readonly url?: string,
   ) {
     super(body.message);
     this.name = 'KilnApiError';
@@ -151,6 +155,11 @@ export interface ClientOptions {
   baseUrl: string;
   apiKey: string;
   fetch?: typeof fetch;
+  /**
+   * Said after "is `kiln serve` running at <baseUrl>?" when the gateway cannot be reached: where the
+   * address came from and how to change it (the CLI names KILN_BASE_URL).
+   */
+  unreachableHint?: string;
 }
 
 /** A typed client for Kiln's HTTP API; the CLI and `kiln mcp` use it, and so can anyone. */
@@ -200,11 +209,13 @@ export class KilnClient {
   readonly #baseUrl: string;
   readonly #apiKey: string;
   readonly #fetch: typeof fetch;
+  readonly #unreachableHint: string;
 
   constructor(options: ClientOptions) {
     this.#baseUrl = options.baseUrl.replace(/\/+$/, '');
     this.#apiKey = options.apiKey;
     this.#fetch = options.fetch ?? fetch;
+    this.#unreachableHint = options.unreachableHint ?? '';
     this.contexts = {
       save: async (body: SaveContextBody) => {
         const { status, data } = await this.#call<ContextRecord>('POST', '/api/v1/contexts', body);
@@ -336,7 +347,7 @@ export class KilnClient {
         const target = new URL(url, `${this.#baseUrl}/`);
         const headers: Record<string, string> = {};
         if (this.#ownsUrl(target)) headers.authorization = `Bearer ${this.#apiKey}`;
-        const response = await this.#fetch(target, {
+        const response = await this.#request(target, {
           headers,
           ...(options.signal ? { signal: options.signal } : {}),
         });
@@ -352,11 +363,29 @@ export class KilnClient {
     return url.origin === base.origin && url.pathname.startsWith(base.pathname);
   }
 
+  /** fetch, with "no answer at all" thrown as a GatewayUnreachableError naming the URL and what to check. */
+  async #request(url: URL | string, init: RequestInit): Promise<Response> {
+    try {
+      return await this.#fetch(url, init);
+    } catch (error) {
+      let gateway = false;
+      try {
+        gateway = this.#ownsUrl(new URL(url, `${this.#baseUrl}/`));
+      } catch {}
+      const hint = gateway
+        ? `Is the Kiln gateway (\`kiln serve\`) running at ${shownUrl(this.#baseUrl)}?${
+            this.#unreachableHint ? ` ${this.#unreachableHint}` : ''
+          }`
+        : '';
+      throw explainFetchFailure(error, url, hint);
+    }
+  }
+
   async #send(method: string, path: string, body?: unknown, options: SubmitOptions = {}): Promise<Response> {
     const headers: Record<string, string> = { authorization: `Bearer ${this.#apiKey}` };
     if (body !== undefined) headers['content-type'] = 'application/json';
     if (options.idempotencyKey !== undefined) headers['idempotency-key'] = options.idempotencyKey;
-    return this.#fetch(`${this.#baseUrl}${path}`, {
+    return this.#request(`${this.#baseUrl}${path}`, {
       method,
       headers,
       ...(body === undefined ? {} : { body: JSON.stringify(body) }),
@@ -380,6 +409,7 @@ export class KilnClient {
         code: `http-${response.status}`,
         message: text.slice(0, 200) || response.statusText,
       },
+      response.url ? shownUrl(response.url) : undefined,
     );
   }
 

@@ -12,7 +12,7 @@ import {
 import { type Static, type TSchema, Type } from '@sinclair/typebox';
 import { errorEnvelope } from '../api/errors.js';
 import { assertValid } from '../api/validation.js';
-import { KilnApiError } from '../client/index.js';
+import { GatewayUnreachableError, KilnApiError } from '../client/index.js';
 import { ContextRef, ListContextsQuery, SaveContextBody } from '../contexts/schemas.js';
 import type { ContextsPort } from '../contexts/service.js';
 import { KilnError } from '../errors.js';
@@ -66,8 +66,9 @@ const tools = new Map<string, Tool<TSchema>>(
 
 function failure(error: unknown): CallToolResult {
   // Anything that is not one of Kiln's own errors may carry internals (SQL, paths): never show it.
+  // A gateway `kiln mcp` cannot reach is said as such, with the URL: no log anywhere knows more.
   const known =
-    error instanceof KilnError || error instanceof KilnApiError
+    error instanceof KilnError || error instanceof KilnApiError || error instanceof GatewayUnreachableError
       ? error
       : new KilnError('internal-error', 'the tool failed unexpectedly; the gateway logs say why');
   // The same envelope as HTTP, `param` included.

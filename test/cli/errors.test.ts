@@ -1,0 +1,162 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
+import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { KILN_BIN, type Kiln, kilnWith } from '../helpers/cli.js';
+import { startTestServer, type TestServer } from '../helpers/server.js';
+import { type StoreCase, storeCases } from '../helpers/stores.js';
+
+/**
+ * The CLI's network failures say where it looked and what to check, and keep "could not connect"
+ * (no gateway ever answered) apart from "the gateway answered an error".
+ */
+
+/** A loopback port nothing listens on (taken from the system, then released). */
+async function closedPort(): Promise<number> {
+  const server = createServer();
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as { port: number };
+  await new Promise((resolve) => server.close(resolve));
+  return port;
+}
+
+let cwd: string;
+let down: string;
+let server: TestServer;
+let key: string;
+let run: Kiln;
+const refused = 'connection refused, nothing is listening there (ECONNREFUSED)';
+
+beforeAll(async () => {
+  cwd = mkdtempSync(path.join(tmpdir(), 'kiln-cli-errors-'));
+  down = `http://127.0.0.1:${await closedPort()}`;
+  server = await startTestServer(storeCases[0] as StoreCase);
+  key = await server.key('acme');
+  run = kilnWith({ cwd, env: { KILN_DATA_DIR: cwd } });
+});
+
+afterAll(async () => {
+  await server?.close();
+  rmSync(cwd, { recursive: true, force: true });
+});
+
+describe('CLI: the gateway cannot be reached', () => {
+  it.each([
+    [['ctx', 'list'], '/api/v1/contexts'],
+    [['ctx', 'get', 'house-style'], '/api/v1/contexts/house-style'],
+    [['jobs', 'list'], '/v1/jobs'],
+    [['chat', '--persona', 'fast', 'hello'], '/v1/chat/completions'],
+    [['chat', '--list'], '/v1/models'],
+  ])('kiln %j names the URL tried and what to check', async (args, route) => {
+    const result = await run(args, { env: { KILN_BASE_URL: down, KILN_API_KEY: 'kiln_sk_any' } });
+    expect(result.code).toBe(1);
+    expect(result.stderr).toBe(
+      `kiln: could not connect to ${down}${route}: ${refused}\n` +
+        `  Is the Kiln gateway (\`kiln serve\`) running at ${down}? The address comes from KILN_BASE_URL.\n`,
+    );
+  });
+
+  it('a base URL under a path is named as given', async () => {
+    const result = await run(['ctx', 'list'], {
+      env: { KILN_BASE_URL: `${down}/kiln/`, KILN_API_KEY: 'kiln_sk_any' },
+    });
+    expect(result.code).toBe(1);
+    expect(result.stderr).toContain(`could not connect to ${down}/kiln/api/v1/contexts: ${refused}`);
+    expect(result.stderr).toContain(`running at ${down}/kiln?`);
+  });
+
+  it('a KILN_BASE_URL that is not an http(s) URL is refused before any request', async () => {
+    const result = await run(['ctx', 'list'], {
+      env: { KILN_BASE_URL: '127.0.0.1:8080', KILN_API_KEY: 'kiln_sk_any' },
+    });
+    expect(result.code).toBe(1);
+    expect(result.stderr).toBe(
+      `kiln: KILN_BASE_URL must be the gateway's http(s) URL, such as http://127.0.0.1:8080; it is "127.0.0.1:8080"\n`,
+    );
+  });
+});
+
+describe('CLI: the gateway answered an error', () => {
+  it('a key it does not know: its answer, and the key to check', async () => {
+    const result = await run(['ctx', 'list'], {
+      env: { KILN_BASE_URL: server.url, KILN_API_KEY: 'kiln_sk_notarealkey000000000000000000000' },
+    });
+    expect(result.code).toBe(1);
+    expect(result.stderr).toBe(
+      'kiln: unauthorized (HTTP 401): the API key is unknown or has been revoked\n' +
+        `  the gateway at ${server.url} did not accept the key: check KILN_API_KEY (or the admin.key it falls back on)\n`,
+    );
+  });
+
+  it('a base URL with /v1 on it: the route it asked for, and the base URL to check', async () => {
+    const result = await run(['ctx', 'list'], {
+      env: { KILN_BASE_URL: `${server.url}/v1`, KILN_API_KEY: key },
+    });
+    expect(result.code).toBe(1);
+    expect(result.stderr).toBe(
+      'kiln: route-not-found (HTTP 404): no route GET /v1/api/v1/contexts\n' +
+        `  ${server.url}/v1/api/v1/contexts is not a route of a Kiln gateway: check that KILN_BASE_URL is the gateway's address, without /v1\n`,
+    );
+  });
+
+  it('an answer about the request itself stays one line', async () => {
+    const result = await run(['ctx', 'get', 'no-such-context'], {
+      env: { KILN_BASE_URL: server.url, KILN_API_KEY: key },
+    });
+    expect(result.code).toBe(1);
+    expect(result.stderr).toBe(
+      "kiln: not-found (HTTP 404): no context 'no-such-context' in this organisation\n",
+    );
+  });
+});
+
+describe('kiln mcp: the gateway cannot be reached', () => {
+  let client: Client;
+  let stderr = '';
+
+  beforeAll(async () => {
+    const transport = new StdioClientTransport({
+      command: process.execPath,
+      args: [KILN_BIN, 'mcp'],
+      cwd,
+      env: { PATH: process.env.PATH ?? '', KILN_BASE_URL: down, KILN_API_KEY: 'kiln_sk_any' },
+      stderr: 'pipe',
+    });
+    transport.stderr?.on('data', (chunk: Buffer) => {
+      stderr += chunk.toString();
+    });
+    client = new Client({ name: 'kiln-test', version: '0.0.0' });
+    // The server starts without the gateway: it is reached only when a tool runs.
+    await client.connect(transport);
+  });
+
+  afterAll(async () => {
+    await client?.close();
+  });
+
+  it('a tool call says it could not connect, with the URL, not "the gateway logs say why"', async () => {
+    const result = (await client.callTool({ name: 'list_contexts', arguments: {} })) as CallToolResult;
+    expect(result.isError).toBe(true);
+    const first = result.content[0];
+    const { error } = JSON.parse(first?.type === 'text' ? first.text : '{}') as {
+      error: { code: string; type: string; message: string };
+    };
+    expect(error).toMatchObject({ code: 'gateway-unreachable', type: 'connection_error' });
+    expect(error.message).toBe(
+      `could not connect to ${down}/api/v1/contexts: ${refused}. ` +
+        `Is the Kiln gateway (\`kiln serve\`) running at ${down}? The address comes from KILN_BASE_URL.`,
+    );
+    expect(error.message).not.toContain('gateway logs');
+    expect(stderr).toBe('');
+  });
+
+  it('reading a resource fails with the same words', async () => {
+    await expect(client.readResource({ uri: 'kiln-context://house-style' })).rejects.toThrow(
+      `could not connect to ${down}/api/v1/contexts/house-style: ${refused}`,
+    );
+  });
+});
