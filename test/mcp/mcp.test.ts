@@ -301,7 +301,7 @@ describe('MCP over Streamable HTTP (/mcp)', () => {
       body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/list' }),
     });
     expect(response.status).toBe(401);
-    expect(response.headers.get('www-authenticate')).toBe('Bearer');
+    expect(response.headers.get('www-authenticate')).toMatch(/^Bearer realm="kiln", /);
     expect(await response.json()).toEqual({
       error: expect.objectContaining({
         code: 'unauthorized',
