@@ -92,6 +92,13 @@ export function responseRoutes(app: FastifyInstance, deps: AppDeps): void {
         );
       }
       const resolved = await resolveReferences(store, orgId, input, problems);
+      if (body.input.length === 0 && !body.previous_response_id) {
+        problems.add(
+          'input',
+          'minItems',
+          'input needs at least one item, unless it continues a response (previous_response_id)',
+        );
+      }
       problems.throwIfAny();
       const contexts = body.contexts ?? [];
       await checkModelAndContexts(deps, orgId, body.model, contexts);

@@ -179,6 +179,7 @@ describe.each(storeCases)('the Responses API over HTTP ($name)', (storeCase) => 
       /'web_search' is one of OpenAI's hosted tools/,
     ],
     ['a conversation', { conversation: 'conv_123' }, 'conversation', 'unsupported', /previous_response_id/],
+    ['an empty input', { input: [] }, 'input', 'minItems', /at least one item/],
     [
       'an input item of an unknown type',
       { input: [{ type: 'telepathy', content: 'hi' }] },
