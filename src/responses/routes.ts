@@ -13,6 +13,7 @@ import type { JobRow } from '../store/types.js';
 import { responsesFormat } from './events.js';
 import { chatFields, inputItems, Problems } from './input.js';
 import { inputItemsOf, resolveReferences } from './items.js';
+import { conversation } from './kind.js';
 import { RESPONSE_PREFIX, responseOf } from './present.js';
 import { resumeStream } from './resume.js';
 import { ResponseBody, type ResponseEcho, type ResponseJobRequest } from './schema.js';
@@ -37,7 +38,7 @@ const ListQuery = Type.Object(
 const RetrieveQuery = Type.Object(
   {
     stream: Type.Optional(Type.Boolean()),
-    starting_after: Type.Optional(Type.Integer({ minimum: -1 })),
+    starting_after: Type.Optional(Type.Integer({ minimum: -1, maximum: 2_147_483_647 })),
     include: Type.Optional(Type.Union([Type.String(), Type.Array(Type.String())])),
     include_obfuscation: Type.Optional(Type.Boolean()),
   },
@@ -92,7 +93,7 @@ export function responseRoutes(app: FastifyInstance, deps: AppDeps): void {
         );
       }
       const resolved = await resolveReferences(store, orgId, input, problems);
-      if (body.input.length === 0 && !body.previous_response_id) {
+      if (problems.list.length === 0 && resolved.length === 0 && !body.previous_response_id) {
         problems.add(
           'input',
           'minItems',
@@ -115,6 +116,13 @@ export function responseRoutes(app: FastifyInstance, deps: AppDeps): void {
           ]);
         }
         previous = prior.id;
+        // Every earlier turn must still be there: a deleted one is the caller's 404, not a failed job.
+        await conversation(store, orgId, previous).catch((error: unknown) => {
+          const message = error instanceof Error ? error.message : String(error);
+          throw new KilnError('not-found', `${message}; the conversation cannot be continued`, {
+            param: 'previous_response_id',
+          });
+        });
       }
       const echo: ResponseEcho = {
         background,
@@ -232,7 +240,8 @@ export function responseRoutes(app: FastifyInstance, deps: AppDeps): void {
     let items = inputItemsOf(job.id, JSON.parse(job.request) as ResponseJobRequest);
     if (order === 'desc') items = items.reverse();
     if (after !== undefined) {
-      const at = items.findIndex((item) => item.id === after);
+      // The last item with that id: an id given twice (two references to one item) cannot loop.
+      const at = items.findLastIndex((item) => item.id === after);
       items = at === -1 ? [] : items.slice(at + 1);
     }
     const data = items.slice(0, limit);
