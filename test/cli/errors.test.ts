@@ -1,5 +1,4 @@
 import { mkdtempSync, rmSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
@@ -7,6 +6,7 @@ import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js'
 import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { KILN_BIN, type Kiln, kilnWith } from '../helpers/cli.js';
+import { closedPort } from '../helpers/ports.js';
 import { startTestServer, type TestServer } from '../helpers/server.js';
 import { type StoreCase, storeCases } from '../helpers/stores.js';
 
@@ -14,15 +14,6 @@ import { type StoreCase, storeCases } from '../helpers/stores.js';
  * The CLI's network failures say where it looked and what to check, and keep "could not connect"
  * (no gateway ever answered) apart from "the gateway answered an error".
  */
-
-/** A loopback port nothing listens on (taken from the system, then released). */
-async function closedPort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const { port } = server.address() as { port: number };
-  await new Promise((resolve) => server.close(resolve));
-  return port;
-}
 
 let cwd: string;
 let down: string;

@@ -6,6 +6,7 @@ import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { KILN_BIN, kiln } from '../helpers/cli.js';
+import { closedPort } from '../helpers/ports.js';
 
 /**
  * The gateway's port as a newcomer meets it: `npm start` (`node bin/kiln.js start`) on a port that
@@ -56,15 +57,6 @@ function groupGone(pid: number): boolean {
   } catch (error) {
     return (error as NodeJS.ErrnoException).code === 'ESRCH';
   }
-}
-
-/** A port nothing listens on (taken from the system, then released). */
-async function freePort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, HOST, resolve));
-  const { port } = server.address() as { port: number };
-  await new Promise((resolve) => server.close(resolve));
-  return port;
 }
 
 /** Resolves with the base URL once `kiln dev` says it is running; rejects if it exits first. */
@@ -131,7 +123,7 @@ describe('the gateway port', () => {
 
   it('kiln dev --port <free port> listens there, over KILN_PORT', async () => {
     dir = mkdtempSync(path.join(tmpdir(), 'kiln-port-'));
-    const port = await freePort();
+    const port = await closedPort();
     const started = startKiln(['dev', '--port', String(port)], dir, { KILN_PORT: String(busyPort) });
     const base = await devUrl(started);
     expect(base).toBe(`http://${HOST}:${port}`);

@@ -1,11 +1,11 @@
 import { mkdtempSync, rmSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { KilnError } from '../../src/errors.js';
 import { openStore } from '../../src/store/index.js';
 import { kiln } from '../helpers/cli.js';
+import { closedPort } from '../helpers/ports.js';
 import { POSTGRES_URL } from '../helpers/postgres.js';
 import { caseTitle, type StoreCase, storeCases } from '../helpers/stores.js';
 
@@ -16,15 +16,6 @@ import { caseTitle, type StoreCase, storeCases } from '../helpers/stores.js';
 
 const PASSWORD = 's3cret-Pa55';
 const SOURCE = 'store.url (KILN_STORE_URL)';
-
-/** A loopback port nothing listens on (taken from the system, then released). */
-async function closedPort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const { port } = server.address() as { port: number };
-  await new Promise((resolve) => server.close(resolve));
-  return port;
-}
 
 /** The error opening and migrating a store at `url` fails with. */
 async function openFailure(url: string): Promise<KilnError> {
