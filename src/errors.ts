@@ -23,6 +23,9 @@ export const errorCatalogue = {
   'context-too-large': { status: 413, type: 'invalid_request_error' },
   'unsupported-media-type': { status: 415, type: 'invalid_request_error' },
   'range-not-satisfiable': { status: 416, type: 'invalid_request_error' },
+  // Limits: a rate (requests or tokens per minute, concurrent jobs) or a budget (a day's or month's worth).
+  'rate-limited': { status: 429, type: 'rate_limit_error' },
+  'budget-exceeded': { status: 429, type: 'insufficient_quota' },
   // Job failures: the `code` of a failed, timed-out or cancelled job's poll body, and the answer
   // to a sync request whose job ended that way.
   cancelled: { status: 409, type: 'conflict_error' },
@@ -49,6 +52,11 @@ export interface ErrorDetail {
   received?: unknown;
   allowed?: unknown;
   limit?: number;
+  /** Limits: whose counter (`key`, `org`), how much of it is used, when it frees room. */
+  scope?: string;
+  used?: number;
+  resets_at?: string;
+  retry_after_ms?: number;
   /** An engine's own error fields (`engine-rejected`): its `type`, `param`, counts, verbatim. */
   engine?: Record<string, unknown>;
 }
@@ -69,6 +77,8 @@ export class KilnError extends Error {
   readonly details: ErrorDetail[] | undefined;
   /** Top-level fields sent beside `error`, e.g. the job a 409 `job-already-terminal` is about. */
   readonly attach: Record<string, unknown> | undefined;
+  /** Response headers the answer carries (a 429's `Retry-After`). */
+  readonly headers: Record<string, string> | undefined;
 
   constructor(
     code: ErrorCode,
@@ -78,6 +88,7 @@ export class KilnError extends Error {
       details?: ErrorDetail[];
       cause?: unknown;
       attach?: Record<string, unknown>;
+      headers?: Record<string, string>;
     } = {},
   ) {
     super(message, extras.cause === undefined ? undefined : { cause: extras.cause });
@@ -87,6 +98,7 @@ export class KilnError extends Error {
     this.param = extras.param ?? extras.details?.[0]?.field;
     this.details = extras.details;
     this.attach = extras.attach;
+    this.headers = extras.headers;
   }
 
   toBody(): ErrorBody {

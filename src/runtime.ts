@@ -9,6 +9,7 @@ import { type JobKind, KindRegistry } from './jobs/kinds.js';
 import { JobService } from './jobs/service.js';
 import { Sweeper } from './jobs/sweeper.js';
 import { Worker } from './jobs/worker.js';
+import { Limiter } from './limits/admission.js';
 import { mediaKinds } from './media/kinds.js';
 import { createOutboundPolicy, type OutboundPolicy } from './net/policy.js';
 import { responseKind } from './responses/kind.js';
@@ -21,6 +22,8 @@ export interface Runtime {
   config: Config;
   store: Store;
   jobs: JobService;
+  /** Rate limits and budgets: admission counts, tier defaults. */
+  limiter: Limiter;
   policy: OutboundPolicy;
   files: FileService;
   /** Workflow templates by model, and the ComfyUI runners that run them. */
@@ -72,10 +75,13 @@ export async function createRuntime(
     ...mediaKinds({ templates, runners, files, policy, maxInputBytes: config.files.max_input_bytes }),
     ...extraKinds,
   ]);
-  const jobs = new JobService(store, kinds, {
-    retentionMs: parseDuration(config.jobs.retention),
-    maxAttempts: config.jobs.max_attempts,
-  });
+  const limiter = new Limiter(config.limits);
+  const jobs = new JobService(
+    store,
+    kinds,
+    { retentionMs: parseDuration(config.jobs.retention), maxAttempts: config.jobs.max_attempts },
+    limiter,
+  );
   await jobs.start();
 
   const leaseMs = config.jobs.lease_seconds * 1000;
@@ -84,6 +90,7 @@ export async function createRuntime(
     config,
     store,
     jobs,
+    limiter,
     policy,
     files,
     templates,
@@ -98,6 +105,7 @@ export async function createRuntime(
       fresh.start();
       const old = router;
       router = fresh;
+      limiter.configure(next.limits);
       logger.info(
         { engines: Object.keys(next.engines), personas: Object.keys(next.personas) },
         'configuration reloaded: new requests use the new routing',

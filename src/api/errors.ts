@@ -85,6 +85,7 @@ export function sendError(
   if (kiln.status >= 500) request.log.error({ err: error }, 'request failed');
   else request.log.info({ code: kiln.code, status: kiln.status }, kiln.message);
   if (kiln.status === 401) reply.header('www-authenticate', 'Bearer');
+  if (kiln.headers) reply.headers(kiln.headers);
   return reply.status(kiln.status).send({ ...errorEnvelope(kiln), ...kiln.attach });
 }
 

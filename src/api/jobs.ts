@@ -3,6 +3,7 @@ import type { FastifyInstance } from 'fastify';
 import { parseJobId } from '../jobs/present.js';
 import { ListJobsQuery, type UsageQuery } from '../jobs/schemas.js';
 import type { JobService } from '../jobs/service.js';
+import { limitStandings } from '../limits/usage.js';
 
 /**
  * The last second of year 9999. Times reach the store as BIGINT milliseconds: without a bound,
@@ -60,7 +61,11 @@ export function jobRoutes(app: FastifyInstance, deps: { jobs: JobService }): voi
       const until = request.query.until ?? Math.ceil(Date.now() / 1000);
       const since = request.query.since ?? 0;
       const data = await jobs.store.usage.summary(request.auth.org_id, since * 1000, until * 1000);
-      return { object: 'usage', since, until, data };
+      // Where the caller stands against its limits now, whatever the period asked for.
+      const limits = jobs.limiter
+        ? await limitStandings(jobs.store, jobs.limiter, request.auth)
+        : { key: {}, org: {} };
+      return { object: 'usage', since, until, data, limits };
     },
   );
 }

@@ -1,6 +1,7 @@
 import type { FastifyInstance } from 'fastify';
 import { ConfigError } from '../config/load.js';
 import { KilnError } from '../errors.js';
+import { limitMetrics } from '../limits/metrics.js';
 import { routeMetrics } from '../router/metrics.js';
 import type { AppDeps } from './app.js';
 
@@ -75,6 +76,8 @@ export function metricsRoutes(app: FastifyInstance, deps: AppDeps): void {
   app.get('/metrics', async (_request, reply) =>
     reply
       .type('text/plain; version=0.0.4')
-      .send(`${routeMetrics()}\n${deps.runtime.router().fleet.metrics()}\n`),
+      .send(
+        `${routeMetrics()}\n${deps.runtime.router().fleet.metrics()}\n${limitMetrics(deps.runtime.limiter)}\n`,
+      ),
   );
 }

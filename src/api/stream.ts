@@ -6,6 +6,7 @@ import type { JobEvent } from '../jobs/events.js';
 import type { JobKind } from '../jobs/kinds.js';
 import type { Webhook } from '../jobs/schemas.js';
 import { isTerminal, type JobService } from '../jobs/service.js';
+import { rateHeaders } from '../limits/refusal.js';
 import type { JobRow } from '../store/types.js';
 import { jobError } from './submit.js';
 
@@ -97,15 +98,17 @@ export async function streamJob(
   let finished = false;
   let stopWatching: () => void = () => undefined;
   try {
-    const { job: submitted } = await jobs.submit({
+    const { job: submitted, windows } = await jobs.submit({
       id,
       kind: options.kind,
       mode,
-      orgId: request.auth.org_id,
-      keyId: request.auth.id,
+      caller: request.auth,
       request: options.request,
       webhook: options.webhook,
     });
+    // The caller's limits as they stand, on an early error's answer too.
+    const limitHeaders = windows ? rateHeaders(windows) : {};
+    reply.headers(limitHeaders);
     // A done event lost between processes still ends the stream: the store is read now and then.
     // The job's last chunks and its done event travel together after its end is committed, so a
     // stream that finds its job over in the store waits a little longer for them first.
@@ -143,6 +146,7 @@ export async function streamJob(
     raw.writeHead(200, {
       ...EVENT_STREAM_HEADERS,
       'x-request-id': request.id,
+      ...limitHeaders,
       ...(options.headers?.(meta) ?? {}),
     });
 

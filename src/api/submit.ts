@@ -5,6 +5,7 @@ import type { JobKind } from '../jobs/kinds.js';
 import { submissionBody } from '../jobs/present.js';
 import type { Webhook } from '../jobs/schemas.js';
 import { isTerminal, type JobService } from '../jobs/service.js';
+import { rateHeaders } from '../limits/refusal.js';
 import type { OutboundPolicy } from '../net/policy.js';
 import type { JobMode, JobRow } from '../store/types.js';
 
@@ -107,16 +108,16 @@ export async function submitJob(
   const idempotencyKey = idempotencyKeyOf(request);
   const orgId = request.auth.org_id;
   await checkWebhook(deps, orgId, options.webhook);
-  const { job, replayed } = await deps.jobs.submit({
+  const { job, replayed, windows } = await deps.jobs.submit({
     kind: options.kind,
     mode: options.mode,
-    orgId,
-    keyId: request.auth.id,
+    caller: request.auth,
     request: options.request,
     webhook: options.webhook,
     idempotencyKey,
   });
   if (replayed) reply.header('idempotent-replayed', 'true');
+  if (windows) reply.headers(rateHeaders(windows));
   request.log.info({ job_id: job.id, kind: job.kind, mode: job.mode, replayed }, 'job submitted');
 
   const accepted = () => {

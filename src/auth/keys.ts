@@ -1,5 +1,6 @@
 import { createHash } from 'node:crypto';
 import { randomBase62 } from '../ids.js';
+import type { Limits } from '../limits/schema.js';
 import type { Store } from '../store/index.js';
 import type { ApiKey, Role, Tier } from '../store/types.js';
 
@@ -13,7 +14,7 @@ export function hashKey(key: string): string {
 /** Creates a key for the organisation and answers the record with the plain key, which is never stored. */
 export async function issueKey(
   store: Store,
-  options: { orgId: string; tier?: Tier; role?: Role; name?: string | null },
+  options: { orgId: string; tier?: Tier; role?: Role; name?: string | null; limits?: Limits },
 ): Promise<{ key: string; record: ApiKey }> {
   const key = `${KEY_PREFIX}${randomBase62(32)}`;
   const record = await store.keys.create({
@@ -23,6 +24,7 @@ export async function issueKey(
     name: options.name ?? null,
     tier: options.tier ?? 'standard',
     role: options.role ?? 'member',
+    ...(options.limits ? { limits: options.limits } : {}),
   });
   return { key, record };
 }

@@ -1,5 +1,6 @@
 import type { ChatChunk, ChatCompletion, ChatMessage } from '../engines/types.js';
 import { type HandlerResult, JobFailure, type JobKind, type RunContext } from '../jobs/kinds.js';
+import { tokenMeter } from '../limits/meter.js';
 import { EngineError, type Route, type RouteCall, type Router } from '../router/index.js';
 import type { Store } from '../store/index.js';
 import type { ChatJobRequest } from './schema.js';
@@ -173,6 +174,10 @@ export function chatKind(deps: ChatDeps): JobKind<ChatJobRequest> {
     pollingBase: '/api/v1/jobs/',
     queueTtlMs: 10 * 60_000,
     runLimitMs: 30 * 60_000,
+    meter: tokenMeter(
+      (r) => r.body.messages,
+      (r) => ({ max: r.body.max_completion_tokens ?? r.body.max_tokens, n: r.body.n }),
+    ),
     async run(job, signal) {
       const router = deps.router();
       const model = router.resolve(job.request.model);

@@ -1,8 +1,10 @@
 import { type Command, Option } from 'commander';
 import { issueKey } from '../auth/keys.js';
 import { randomBase62 } from '../ids.js';
+import type { Limits } from '../limits/schema.js';
 import type { Store } from '../store/index.js';
 import { isoTime, serverConfig, table, UsageError } from './common.js';
+import { limitChange, limitOptions, limitsSummary } from './limits.js';
 
 const ORG_NAME = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/;
 
@@ -42,14 +44,31 @@ export function adminCommands(program: Command): void {
     .description('list organisations')
     .action(async (_options, command: Command) => {
       await withStore(command, async (store) => {
-        const rows = (await store.orgs.list()).map((o) => [o.id, o.name, isoTime(o.created_at)]);
-        process.stdout.write(`${table([['ID', 'NAME', 'CREATED'], ...rows])}\n`);
+        const rows = [];
+        for (const o of await store.orgs.list())
+          rows.push([o.id, o.name, isoTime(o.created_at), limitsSummary(await store.orgs.limits(o.id))]);
+        process.stdout.write(`${table([['ID', 'NAME', 'CREATED', 'LIMITS'], ...rows])}\n`);
       });
     });
+  limitOptions(
+    orgs
+      .command('update <name>')
+      .description("set or remove the organisation's limits, shared by all its keys (see docs/limits.md)"),
+    true,
+  ).action(async (name: string, options: Record<string, unknown>, command: Command) => {
+    const change = limitChange(options, true);
+    if (Object.keys(change).length === 0)
+      throw new UsageError('nothing to change: give a limit such as --rpm 60');
+    await withStore(command, async (store) => {
+      const org = await store.orgs.byName(name);
+      if (!org || !(await store.orgs.updateLimits(org.id, change)))
+        throw new UsageError(`no organisation '${name}'`);
+      process.stdout.write(`${org.name}  ${limitsSummary(await store.orgs.limits(org.id))}\n`);
+    });
+  });
 
   const keys = program.command('keys').description('manage API keys');
-  keys
-    .command('create')
+  limitOptions(keys.command('create'), false)
     .description('create an API key; the key is printed once, on stdout, and never stored')
     .requiredOption('--org <name>', 'organisation the key belongs to')
     .addOption(
@@ -62,6 +81,7 @@ export function adminCommands(program: Command): void {
         options: { org: string; tier: 'free' | 'standard'; admin?: boolean; name?: string },
         command: Command,
       ) => {
+        const limits = limitChange(options, false) as Limits;
         await withStore(command, async (store) => {
           const org = await store.orgs.byName(options.org);
           if (!org)
@@ -73,6 +93,7 @@ export function adminCommands(program: Command): void {
             tier: options.tier,
             role: options.admin ? 'admin' : 'member',
             name: options.name ?? null,
+            limits,
           });
           process.stderr.write(
             `created ${record.id} for organisation ${org.name} (tier ${record.tier}, role ${record.role}); store the key now, it is not shown again:\n`,
@@ -100,14 +121,32 @@ export function adminCommands(program: Command): void {
           k.tier,
           k.role,
           k.name ?? '',
+          limitsSummary(k.limits),
           isoTime(k.created_at),
           k.revoked_at === null ? 'active' : `revoked ${isoTime(k.revoked_at)}`,
         ]);
         process.stdout.write(
-          `${table([['ID', 'ORG', 'KEY', 'TIER', 'ROLE', 'NAME', 'CREATED', 'STATUS'], ...rows])}\n`,
+          `${table([['ID', 'ORG', 'KEY', 'TIER', 'ROLE', 'NAME', 'LIMITS', 'CREATED', 'STATUS'], ...rows])}\n`,
         );
       });
     });
+  limitOptions(
+    keys
+      .command('update <id>')
+      .description("change a live key's tier or limits (see docs/limits.md); it takes effect at once")
+      .addOption(new Option('--tier <tier>', 'rate and model tier').choices(['free', 'standard'])),
+    true,
+  ).action(async (id: string, options: Record<string, unknown>, command: Command) => {
+    const change = limitChange(options, true);
+    const tier = options.tier as 'free' | 'standard' | undefined;
+    if (Object.keys(change).length === 0 && !tier)
+      throw new UsageError('nothing to change: give --tier or a limit such as --rpm 60');
+    await withStore(command, async (store) => {
+      const key = await store.keys.update(id, { limits: change, ...(tier ? { tier } : {}) });
+      if (!key) throw new UsageError(`no active key with id ${id}`);
+      process.stdout.write(`${key.id}  tier ${key.tier}  ${limitsSummary(key.limits)}\n`);
+    });
+  });
   keys
     .command('revoke <id>')
     .description('revoke an API key by its id (key_…); requests with it get 401 from then on')

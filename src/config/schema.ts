@@ -1,4 +1,5 @@
 import { type Static, Type } from '@sinclair/typebox';
+import { LimitsSchema } from '../limits/schema.js';
 import { Duration } from './duration.js';
 import { FleetSchema } from './fleet.js';
 
@@ -109,6 +110,31 @@ export const ConfigSchema = Type.Object(
           minimum: 0,
           maximum: 1,
           description: 'random ± share of each delay',
+        }),
+      },
+      { default: {}, additionalProperties: false },
+    ),
+    limits: Type.Object(
+      {
+        tiers: Type.Object(
+          { free: LimitsSchema, standard: LimitsSchema },
+          {
+            default: {},
+            additionalProperties: false,
+            description: 'default limits of every key of the tier (a key or its organisation may be tighter)',
+          },
+        ),
+        default_max_tokens: Type.Integer({
+          default: 1024,
+          minimum: 1,
+          maximum: 10_000_000,
+          description: 'completion tokens reserved at admission for a request that sets no max_tokens',
+        }),
+        image_seconds: Type.Number({
+          default: 1,
+          minimum: 0,
+          maximum: 3600,
+          description: 'seconds an image counts as against media_seconds_per_day',
         }),
       },
       { default: {}, additionalProperties: false },

@@ -1,3 +1,4 @@
+import type { Meter } from '../limits/meter.js';
 import type { JobMode, JobOutcome, JobRow } from '../store/types.js';
 
 /** What a handler sees of its job while it runs. */
@@ -41,6 +42,8 @@ export interface JobKind<Request = unknown, Result = unknown> {
   readonly queueTtlMs: number;
   /** A run longer than this many ms is aborted and ends `timeout`. */
   readonly runLimitMs: number;
+  /** What a job counts against tokens and media limits; without one, only requests and concurrency. */
+  readonly meter?: Meter<Request>;
   /** Fields the submission body adds for this kind (transitions add model, size, size_adjusted). */
   submissionExtras?(request: Request): Record<string, unknown>;
   run(job: RunContext<Request>, signal: AbortSignal): Promise<HandlerResult<Result>>;

@@ -1,7 +1,9 @@
 import { createHash } from 'node:crypto';
 import { KilnError, notFound } from '../errors.js';
 import { uuidv7 } from '../ids.js';
-import type { FinishGuard, JobMode, JobOutcome, JobRow, JobStatus, Store } from '../store/index.js';
+import type { Limiter } from '../limits/admission.js';
+import type { RateWindows } from '../limits/refusal.js';
+import type { ApiKey, FinishGuard, JobMode, JobOutcome, JobRow, JobStatus, Store } from '../store/index.js';
 import type { NewJob } from '../store/repos/jobs.js';
 import { TERMINAL_STATUSES } from '../store/types.js';
 import { type JobEvent, JobEvents } from './events.js';
@@ -18,8 +20,8 @@ export interface Submission {
   id?: string;
   kind: JobKind;
   mode: JobMode;
-  orgId: string;
-  keyId: string;
+  /** Whose work it is: its organisation owns the job, and its limits admit it or not. */
+  caller: ApiKey;
   request: unknown;
   webhook?: { url: string; secret?: string | undefined } | undefined;
   idempotencyKey?: string | undefined;
@@ -71,6 +73,8 @@ export class JobService {
     readonly store: Store,
     readonly kinds: KindRegistry,
     readonly settings: JobSettings,
+    /** Rate limits and budgets; without it nothing is limited. */
+    readonly limiter?: Limiter,
   ) {
     this.events = new JobEvents(store.driver);
   }
@@ -85,10 +89,20 @@ export class JobService {
 
   /**
    * Records a new job (committed before this returns) and wakes the workers. With an idempotency key
-   * already bound to the same body, answers that job with `replayed` instead.
+   * already bound to the same body, answers that job with `replayed` instead. A limited caller's job
+   * is admitted in the same transaction, or refused with a 429 before it exists; `windows` are the
+   * caller's per-minute limits as they stand after it.
    */
-  async submit(submission: Submission): Promise<{ job: JobRow; replayed: boolean }> {
-    const { kind, orgId, idempotencyKey } = submission;
+  async submit(
+    submission: Submission,
+  ): Promise<{ job: JobRow; replayed: boolean; windows?: RateWindows | undefined }> {
+    const { kind, caller, idempotencyKey } = submission;
+    const orgId = caller.org_id;
+    const scopes = this.limiter?.scopes(caller) ?? [];
+    const cost =
+      scopes.length > 0 && this.limiter
+        ? (kind.meter?.reserve(submission.request, this.limiter.settings) ?? { tokens: 0, media_ms: 0 })
+        : undefined;
     const requestHash = idempotencyKey
       ? createHash('sha256')
           .update(
@@ -116,7 +130,7 @@ export class JobService {
       const row: NewJob = {
         id,
         org_id: orgId,
-        key_id: submission.keyId,
+        key_id: caller.id,
         kind: kind.name,
         mode: submission.mode,
         request: JSON.stringify(submission.request),
@@ -127,21 +141,38 @@ export class JobService {
         webhook_url: submission.webhook?.url ?? null,
         webhook_secret: submission.webhook?.secret ?? null,
         ...(slot ? { lease: { owner: slot.owner, until: now + slot.leaseMs } } : {}),
+        metered: cost !== undefined,
       };
       try {
-        const job = await this.store.transaction(async (tx) => {
-          const inserted = await tx.jobs.insert(row);
-          if (
-            idempotencyKey &&
-            !(await tx.idempotency.bind(orgId, idempotencyKey, requestHash, id, now, since))
-          ) {
-            throw new LostIdempotencyRace();
-          }
-          return inserted;
-        });
+        const { job, windows, refused } = await this.store.transaction(
+          async (tx) => {
+            let windows: RateWindows | undefined;
+            if (cost && this.limiter) {
+              const verdict = await this.limiter.admit(tx, caller, scopes, cost, id, now);
+              // Refused: nothing written, so the transaction commits empty (a throw would roll back
+              // a whole commit group).
+              if (!verdict.admitted) return { refused: verdict.error };
+              windows = verdict.windows;
+            }
+            const inserted = await tx.jobs.insert(row);
+            if (
+              idempotencyKey &&
+              !(await tx.idempotency.bind(orgId, idempotencyKey, requestHash, id, now, since))
+            ) {
+              throw new LostIdempotencyRace();
+            }
+            return { job: inserted, windows };
+          },
+          // Admissions lock their caller: such a transaction commits on its own (see SqlDriver).
+          { alone: cost !== undefined },
+        );
+        if (refused || !job) {
+          slot?.release();
+          throw refused;
+        }
         if (slot) slot.run(job, submission.request);
         else await this.store.driver.notify('kiln_jobs', kind.name);
-        return { job, replayed: false };
+        return { job, replayed: false, windows };
       } catch (error) {
         slot?.release();
         if (!(error instanceof LostIdempotencyRace)) throw error;
@@ -151,6 +182,14 @@ export class JobService {
       'idempotency-key-in-progress',
       'another request with this Idempotency-Key is being handled; retry shortly',
     );
+  }
+
+  /** What a finished job counts against its caller's limits, by its kind's meter. */
+  #used(job: JobRow, outcome: JobOutcome): { tokens: number; media_ms: number } {
+    const meter = this.kinds.get(job.kind)?.meter;
+    return meter && this.limiter
+      ? meter.used(outcome.usage, this.limiter.settings)
+      : { tokens: 0, media_ms: 0 };
   }
 
   /** The worker of this process that takes sync and stream jobs directly, when it has room. */
@@ -239,6 +278,8 @@ export class JobService {
     const job = await this.store.transaction(async (tx) => {
       const row = await tx.jobs.finish(id, guard, outcome, now, this.settings.retentionMs);
       if (!row) return undefined;
+      // The reservation gives way to what the job really used, in the same commit: nothing leaks.
+      if (row.metered) await tx.admissions.settle(row.id, this.#used(row, outcome));
       if (row.webhook_url) {
         await tx.webhooks.enqueue({
           jobId: row.id,

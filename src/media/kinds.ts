@@ -3,6 +3,7 @@ import type { RunnerPool } from '../engines/comfyui/runners.js';
 import { fill, framesFor, type WorkflowTemplate } from '../engines/comfyui/workflows.js';
 import { EngineError } from '../engines/types.js';
 import { JobFailure, type JobKind, type RunContext } from '../jobs/kinds.js';
+import { imageMeter, videoMeter } from '../limits/meter.js';
 import type { OutboundPolicy } from '../net/policy.js';
 import { loadImage } from './inputs.js';
 
@@ -132,6 +133,7 @@ function videoKind(
     pollingBase: '/v1/jobs/',
     queueTtlMs: 60 * 60_000,
     runLimitMs: 60 * 60_000,
+    meter: videoMeter(),
     // The effective model and size, and the seed, so a caller can render the same clip again.
     submissionExtras: (r) => ({ model: r.model, size: r.size, size_adjusted: r.size_adjusted, seed: r.seed }),
     async run(job, signal) {
@@ -191,6 +193,7 @@ export function mediaKinds(deps: MediaDeps): JobKind<never, unknown>[] {
     submissionExtras: (r) => ({ model: r.model, seed: r.seed }),
     queueTtlMs: 30 * 60_000,
     runLimitMs: 30 * 60_000,
+    meter: imageMeter(),
     async run(job, signal) {
       const r = job.request;
       const params = {

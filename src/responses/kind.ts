@@ -1,6 +1,7 @@
 import { type ChatDeps, chatThroughRouter, ledgerUnits, preamble } from '../chat/kind.js';
 import type { ChatChunk, ChatMessage } from '../engines/types.js';
 import { JobFailure, type JobKind } from '../jobs/kinds.js';
+import { tokenMeter } from '../limits/meter.js';
 import type { Store } from '../store/index.js';
 import { ResponseEvents } from './events.js';
 import { chatMessages } from './input.js';
@@ -58,6 +59,11 @@ export function responseKind(deps: ChatDeps): JobKind<ResponseJobRequest> {
     pollingBase: '/v1/jobs/',
     queueTtlMs: 10 * 60_000,
     runLimitMs: 30 * 60_000,
+    // The turn's own input; earlier turns replayed by previous_response_id are settled from usage.
+    meter: tokenMeter(
+      (r) => [r.instructions, r.input],
+      (r) => ({ max: r.chat.max_completion_tokens ?? r.chat.max_tokens }),
+    ),
     async run(job, signal) {
       const { request } = job;
       const router = deps.router();

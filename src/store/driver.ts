@@ -16,6 +16,11 @@ export interface Dialect {
   readonly binaryCollation: string;
   /** Statement taken inside the migration transaction so two processes never migrate at once. */
   readonly migrationLock: string | undefined;
+  /**
+   * Statement that serialises, until commit, the transactions admitting work for one caller (its one
+   * parameter names them); undefined where writers are serial anyway.
+   */
+  readonly scopeLock: string | undefined;
   /** Suffix of a row-claiming SELECT: skip rows another transaction holds (empty where writers are serial). */
   readonly skipLocked: string;
   /** Whether other processes share the database (and so need notifications): PostgreSQL yes, SQLite no. */
@@ -27,8 +32,12 @@ export type Channel = 'kiln_jobs' | 'kiln_job_events' | 'kiln_webhooks' | 'kiln_
 
 export interface SqlDriver extends SqlExecutor {
   readonly dialect: Dialect;
-  /** Runs `fn` in one transaction; nothing else touches the database through this driver meanwhile. */
-  transaction<T>(fn: (tx: SqlExecutor) => Promise<T>): Promise<T>;
+  /**
+   * Runs `fn` in one transaction; nothing else touches the database through this driver meanwhile.
+   * `alone` keeps it out of group commit: a transaction that takes locks (`scopeLock`) must not
+   * share one with others' work, whose locks could be taken in another order.
+   */
+  transaction<T>(fn: (tx: SqlExecutor) => Promise<T>, options?: { alone?: boolean }): Promise<T>;
   /** Runs a script of several statements without parameters (migrations). */
   exec(script: string): Promise<void>;
   /**

@@ -3,6 +3,7 @@ import type { Config } from '../config/schema.js';
 import type { SqlDriver, SqlExecutor } from './driver.js';
 import { migrate } from './migrations.js';
 import { PostgresDriver } from './postgres/driver.js';
+import { AdmissionRepository } from './repos/admissions.js';
 import { ContextRepository } from './repos/contexts.js';
 import { FileRepository } from './repos/files.js';
 import { IdempotencyRepository } from './repos/idempotency.js';
@@ -32,9 +33,10 @@ export class Repositories {
   readonly files: FileRepository;
   readonly settings: SettingsRepository;
   readonly responseEvents: ResponseEventRepository;
+  readonly admissions: AdmissionRepository;
 
   constructor(db: SqlExecutor, dialect: SqlDriver['dialect'], onRevoke?: () => Promise<void>) {
-    this.orgs = new OrgRepository(db);
+    this.orgs = new OrgRepository(db, onRevoke);
     this.keys = new KeyRepository(db, onRevoke);
     this.contexts = new ContextRepository(db);
     this.jobs = new JobRepository(db, dialect);
@@ -44,6 +46,7 @@ export class Repositories {
     this.files = new FileRepository(db);
     this.settings = new SettingsRepository(db);
     this.responseEvents = new ResponseEventRepository(db);
+    this.admissions = new AdmissionRepository(db, dialect.scopeLock);
   }
 }
 
@@ -69,8 +72,11 @@ export class Store extends Repositories {
   }
 
   /** Runs `fn` with repositories bound to one transaction: all of it commits, or none. */
-  transaction<T>(fn: (tx: Repositories) => Promise<T>): Promise<T> {
-    return this.driver.transaction((tx) => fn(new Repositories(tx, this.driver.dialect, this.#onRevoke)));
+  transaction<T>(fn: (tx: Repositories) => Promise<T>, options?: { alone?: boolean }): Promise<T> {
+    return this.driver.transaction(
+      (tx) => fn(new Repositories(tx, this.driver.dialect, this.#onRevoke)),
+      options,
+    );
   }
 
   migrate(): Promise<number> {

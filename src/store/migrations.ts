@@ -165,6 +165,30 @@ export const migrations: ReadonlyArray<{ version: number; name: string; sql: (d:
       );
     `,
   },
+  {
+    version: 7,
+    name: 'rate limits and budgets: limits on keys and orgs, admissions',
+    // One admission per job of a limited key or org, written with the job: what it reserved, then
+    // what it really used. No foreign key to jobs, so purging jobs never waits on the limits.
+    sql: () => `
+      ALTER TABLE api_keys ADD COLUMN limits TEXT;
+      ALTER TABLE orgs ADD COLUMN limits TEXT;
+      ALTER TABLE jobs ADD COLUMN metered INTEGER NOT NULL DEFAULT 0;
+      CREATE TABLE admissions (
+        job_id TEXT PRIMARY KEY,
+        key_id TEXT NOT NULL,
+        org_id TEXT NOT NULL,
+        created_at BIGINT NOT NULL,
+        tokens BIGINT NOT NULL,
+        media_ms BIGINT NOT NULL,
+        held INTEGER NOT NULL
+      );
+      CREATE INDEX admissions_key ON admissions (key_id, created_at, tokens, media_ms);
+      CREATE INDEX admissions_org ON admissions (org_id, created_at, tokens, media_ms);
+      CREATE INDEX admissions_held_key ON admissions (key_id) WHERE held = 1;
+      CREATE INDEX admissions_held_org ON admissions (org_id) WHERE held = 1;
+    `,
+  },
 ];
 
 /** Applies every migration newer than the database, each in its own transaction. Answers how many ran. */

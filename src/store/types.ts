@@ -1,3 +1,5 @@
+import type { Limits } from '../limits/schema.js';
+
 /** Records as the store hands them out. Times are Unix epoch milliseconds. */
 
 export type Tier = 'free' | 'standard';
@@ -20,6 +22,10 @@ export interface ApiKey {
   role: Role;
   created_at: number;
   revoked_at: number | null;
+  /** The key's own limits (the tier's defaults apply besides). */
+  limits: Limits;
+  /** Its organisation's limits, shared by all its keys. */
+  org_limits: Limits;
 }
 
 export interface ContextMeta {
@@ -77,6 +83,8 @@ export interface JobRow {
   webhook_secret: string | null;
   /** JSON facts a kind recorded about the run, e.g. a chat's route. */
   meta: string | null;
+  /** 1 when the job has an admission (its caller is limited), settled when it ends. */
+  metered: number;
 }
 
 /** What a terminal transition writes. */

@@ -2,6 +2,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { uuidv7 } from '../../src/ids.js';
 import type { JobKind } from '../../src/jobs/kinds.js';
+import type { ApiKey } from '../../src/store/index.js';
 import { sleepKind, sleepRoutes } from '../fixtures/sleep-kind.js';
 import { waitUntil } from '../helpers/process.js';
 import { startTestServer, type TestServer } from '../helpers/server.js';
@@ -315,8 +316,7 @@ for (const storeCase of storeCases) {
         id,
         kind: jobs.kinds.get('test.sleep') as JobKind,
         mode: 'stream',
-        orgId: org?.id as string,
-        keyId: key?.id as string,
+        caller: key as ApiKey,
         request: { ms: 1, parts: 3 },
       });
       expect((await jobs.waitForTerminal(id, 5000)).status).toBe('completed');

@@ -1,11 +1,12 @@
 import { pino } from 'pino';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { issueKey } from '../../src/auth/keys.js';
 import { uuidv7 } from '../../src/ids.js';
 import { KindRegistry } from '../../src/jobs/kinds.js';
 import { JobService } from '../../src/jobs/service.js';
 import { Sweeper } from '../../src/jobs/sweeper.js';
 import { Worker } from '../../src/jobs/worker.js';
-import type { JobRow, Store } from '../../src/store/index.js';
+import type { ApiKey, JobRow, Store } from '../../src/store/index.js';
 import { sleepKind } from '../fixtures/sleep-kind.js';
 import { caseTitle, freshStore, storeCases } from '../helpers/stores.js';
 
@@ -16,11 +17,13 @@ for (const storeCase of storeCases) {
     let close: () => Promise<void>;
     let jobs: JobService;
     let orgId: string;
+    let caller: ApiKey;
     const kind = sleepKind({ queueTtlMs: 60_000, runLimitMs: 60_000 });
 
     beforeEach(async () => {
       ({ store, close } = await freshStore(storeCase));
       orgId = (await store.orgs.create('acme'))?.id as string;
+      caller = (await issueKey(store, { orgId })).record;
       jobs = new JobService(store, new KindRegistry([kind]), { retentionMs: 60_000, maxAttempts: 3 });
       await jobs.start();
     });
@@ -34,8 +37,7 @@ for (const storeCase of storeCases) {
         await jobs.submit({
           kind: kind as never,
           mode: 'async',
-          orgId,
-          keyId: 'key_test',
+          caller,
           request: { ms: 1 },
         })
       ).job;

@@ -8,6 +8,7 @@ const dialect: Dialect = {
   // Any constant works; it only has to be the same in every Kiln process.
   migrationLock: 'SELECT pg_advisory_xact_lock(4242100)',
   skipLocked: ' FOR UPDATE SKIP LOCKED',
+  scopeLock: 'SELECT pg_advisory_xact_lock(4242101, hashtext(?))',
   sharedAcrossProcesses: true,
 };
 
@@ -118,9 +119,11 @@ export class PostgresDriver implements SqlDriver {
    * group rolls back and each unit runs again in a transaction of its own, so only the failing one
    * fails — and each resolves only once its own work is committed.
    */
-  transaction<T>(fn: (tx: SqlExecutor) => Promise<T>): Promise<T> {
+  transaction<T>(fn: (tx: SqlExecutor) => Promise<T>, options: { alone?: boolean } = {}): Promise<T> {
     return new Promise<T>((resolve, reject) => {
-      this.#waiting.push({ fn, resolve, reject } as GroupUnit);
+      const unit = { fn, resolve, reject } as GroupUnit;
+      if (options.alone) return void this.#commitAlone(unit);
+      this.#waiting.push(unit);
       this.#startGroups();
     });
   }

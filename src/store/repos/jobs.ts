@@ -50,6 +50,8 @@ export type NewJob = Pick<
 > & {
   /** Set to insert the job already claimed by a worker of this process (sync and stream requests). */
   lease?: { owner: string; until: number };
+  /** Set when the job has an admission to settle when it ends. */
+  metered?: boolean;
 };
 
 /** The queue's statements, one method each; every change to a running job names its lease holder. */
@@ -92,11 +94,12 @@ export class JobRepository {
       webhook_url: job.webhook_url,
       webhook_secret: job.webhook_secret,
       meta: null,
+      metered: job.metered ? 1 : 0,
     };
     await this.db.run(
       `INSERT INTO jobs (id, org_id, key_id, kind, mode, status, request, max_attempts, queue_deadline, run_limit_ms,
-         created_at, webhook_url, webhook_secret, lease_owner, lease_expires_at, attempts, started_at, run_deadline)
-       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+         created_at, webhook_url, webhook_secret, lease_owner, lease_expires_at, attempts, started_at, run_deadline, metered)
+       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
       [
         row.id,
         row.org_id,
@@ -116,6 +119,7 @@ export class JobRepository {
         row.attempts,
         row.started_at,
         row.run_deadline,
+        row.metered,
       ],
     );
     return row;

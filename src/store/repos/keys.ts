@@ -1,9 +1,19 @@
 import { newId } from '../../ids.js';
+import { type Limits, parseLimits } from '../../limits/schema.js';
 import type { SqlExecutor } from '../driver.js';
 import type { ApiKey, Role, Tier } from '../types.js';
 
-const COLUMNS = `k.id, k.org_id, o.name AS org_name, k.prefix, k.name, k.tier, k.role, k.created_at, k.revoked_at
+const COLUMNS = `k.id, k.org_id, o.name AS org_name, k.prefix, k.name, k.tier, k.role, k.created_at, k.revoked_at,
+  k.limits, o.limits AS org_limits
   FROM api_keys k JOIN orgs o ON o.id = k.org_id`;
+
+type KeyRow = Omit<ApiKey, 'limits' | 'org_limits'> & { limits: string | null; org_limits: string | null };
+
+const toKey = (row: KeyRow): ApiKey => ({
+  ...row,
+  limits: parseLimits(row.limits),
+  org_limits: parseLimits(row.org_limits),
+});
 
 export interface NewKey {
   orgId: string;
@@ -12,6 +22,7 @@ export interface NewKey {
   name: string | null;
   tier: Tier;
   role: Role;
+  limits?: Limits;
 }
 
 export class KeyRepository {
@@ -24,21 +35,48 @@ export class KeyRepository {
   async create(key: NewKey): Promise<ApiKey> {
     const id = newId('key');
     await this.db.run(
-      'INSERT INTO api_keys (id, org_id, hash, prefix, name, tier, role, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)',
-      [id, key.orgId, key.hash, key.prefix, key.name, key.tier, key.role, Date.now()],
+      'INSERT INTO api_keys (id, org_id, hash, prefix, name, tier, role, created_at, limits) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)',
+      [id, key.orgId, key.hash, key.prefix, key.name, key.tier, key.role, Date.now(), limitsText(key.limits)],
     );
-    return (await this.db.get<ApiKey>(`SELECT ${COLUMNS} WHERE k.id = ?`, [id])) as ApiKey;
+    return (await this.byId(id)) as ApiKey;
+  }
+
+  async byId(id: string): Promise<ApiKey | undefined> {
+    const row = await this.db.get<KeyRow>(`SELECT ${COLUMNS} WHERE k.id = ?`, [id]);
+    return row && toKey(row);
   }
 
   /** The live key with this SHA-256 hash; revoked and unknown keys both answer undefined. */
   async findActiveByHash(hash: string): Promise<ApiKey | undefined> {
-    return this.db.get<ApiKey>(`SELECT ${COLUMNS} WHERE k.hash = ? AND k.revoked_at IS NULL`, [hash]);
+    const row = await this.db.get<KeyRow>(`SELECT ${COLUMNS} WHERE k.hash = ? AND k.revoked_at IS NULL`, [
+      hash,
+    ]);
+    return row && toKey(row);
   }
 
   async list(orgId?: string): Promise<ApiKey[]> {
-    return orgId === undefined
-      ? this.db.all<ApiKey>(`SELECT ${COLUMNS} ORDER BY k.id`)
-      : this.db.all<ApiKey>(`SELECT ${COLUMNS} WHERE k.org_id = ? ORDER BY k.id`, [orgId]);
+    const rows =
+      orgId === undefined
+        ? await this.db.all<KeyRow>(`SELECT ${COLUMNS} ORDER BY k.id`)
+        : await this.db.all<KeyRow>(`SELECT ${COLUMNS} WHERE k.org_id = ? ORDER BY k.id`, [orgId]);
+    return rows.map(toKey);
+  }
+
+  /**
+   * Changes a live key's tier and limits (a limit set to null is removed); answers the key, or
+   * undefined when there is no such live key. Caches of live keys forget it, as on a revocation.
+   */
+  async update(id: string, change: { tier?: Tier; limits?: Partial<Record<keyof Limits, number | null>> }) {
+    const key = await this.byId(id);
+    if (!key || key.revoked_at !== null) return undefined;
+    const limits = mergeLimits(key.limits, change.limits ?? {});
+    await this.db.run('UPDATE api_keys SET tier = ?, limits = ? WHERE id = ?', [
+      change.tier ?? key.tier,
+      limitsText(limits),
+      id,
+    ]);
+    await this.onRevoke?.();
+    return this.byId(id);
   }
 
   /** Revokes a live key; answers false when there is no such live key. */
@@ -50,4 +88,18 @@ export class KeyRepository {
     if (changed > 0) await this.onRevoke?.();
     return changed > 0;
   }
+}
+
+/** Limits as their column: JSON, or null for none. */
+export const limitsText = (limits: Limits | undefined) =>
+  limits && Object.keys(limits).length > 0 ? JSON.stringify(limits) : null;
+
+/** `base` with `change` applied: a number sets a limit, null removes it. */
+export function mergeLimits(base: Limits, change: Partial<Record<keyof Limits, number | null>>): Limits {
+  const out: Record<string, number> = { ...base };
+  for (const [name, value] of Object.entries(change)) {
+    if (value === null) delete out[name];
+    else if (value !== undefined) out[name] = value;
+  }
+  return out as Limits;
 }

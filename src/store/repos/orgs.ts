@@ -1,9 +1,15 @@
 import { newId } from '../../ids.js';
+import { type Limits, parseLimits } from '../../limits/schema.js';
 import type { SqlExecutor } from '../driver.js';
 import type { Org } from '../types.js';
+import { limitsText, mergeLimits } from './keys.js';
 
 export class OrgRepository {
-  constructor(private readonly db: SqlExecutor) {}
+  constructor(
+    private readonly db: SqlExecutor,
+    /** Told after limits change, so caches of live keys (which carry them) forget them. */
+    private readonly onChange?: () => Promise<void>,
+  ) {}
 
   /** Creates the organisation, or answers undefined when the name is taken. */
   async create(name: string): Promise<Org | undefined> {
@@ -24,6 +30,19 @@ export class OrgRepository {
   async count(): Promise<number> {
     const row = await this.db.get<{ n: number }>('SELECT COUNT(*) AS n FROM orgs');
     return Number(row?.n ?? 0);
+  }
+
+  async limits(orgId: string): Promise<Limits> {
+    const row = await this.db.get<{ limits: string | null }>('SELECT limits FROM orgs WHERE id = ?', [orgId]);
+    return parseLimits(row?.limits);
+  }
+
+  /** Sets (a number) or removes (null) the organisation's limits; false when there is no such organisation. */
+  async updateLimits(orgId: string, change: Partial<Record<keyof Limits, number | null>>): Promise<boolean> {
+    const limits = mergeLimits(await this.limits(orgId), change);
+    const changed = await this.db.run('UPDATE orgs SET limits = ? WHERE id = ?', [limitsText(limits), orgId]);
+    if (changed > 0) await this.onChange?.();
+    return changed > 0;
   }
 
   /** The secret that signs the organisation's webhooks when a submission brings none. */

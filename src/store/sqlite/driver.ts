@@ -17,6 +17,7 @@ const dialect: Dialect = {
   migrationLock: undefined,
   // One connection writes at a time (BEGIN IMMEDIATE), so a claim can never race another.
   skipLocked: '',
+  scopeLock: undefined,
   sharedAcrossProcesses: false,
 };
 

@@ -1,0 +1,72 @@
+import type { JobOutcome } from '../store/types.js';
+
+/** What a job counts against limits: tokens (prompt + completion) and milliseconds of media. */
+export interface Metered {
+  tokens: number;
+  media_ms: number;
+}
+
+export interface MeterSettings {
+  /** Completion tokens reserved for a request that sets no maximum. */
+  default_max_tokens: number;
+  /** Seconds of media one image counts as. */
+  image_seconds: number;
+}
+
+/**
+ * How a job kind is metered: reserved from its request at admission, then charged from the usage
+ * its job really recorded when it ends.
+ */
+export interface Meter<Request> {
+  reserve(request: Request, settings: MeterSettings): Metered;
+  used(usage: JobOutcome['usage'], settings: MeterSettings): Metered;
+}
+
+/** Characters of every string inside `value`: the text a prompt is made of. */
+function textLength(value: unknown): number {
+  if (typeof value === 'string') return value.length;
+  if (Array.isArray(value)) return value.reduce((n: number, v) => n + textLength(v), 0);
+  if (value && typeof value === 'object') return textLength(Object.values(value));
+  return 0;
+}
+
+/** About four characters a token: the estimate a reservation needs, settled from real usage later. */
+export const CHARS_PER_TOKEN = 4;
+
+/** Chat-like kinds: the prompt's estimate plus the completion's maximum (times its choices). */
+export function tokenMeter<Request>(
+  prompt: (request: Request) => unknown,
+  completion: (request: Request) => { max?: unknown; n?: unknown },
+): Meter<Request> {
+  return {
+    reserve(request, settings) {
+      const { max, n } = completion(request);
+      const most = typeof max === 'number' && max > 0 ? max : settings.default_max_tokens;
+      const choices = typeof n === 'number' && n > 1 ? n : 1;
+      return {
+        tokens: Math.ceil(textLength(prompt(request)) / CHARS_PER_TOKEN) + most * choices,
+        media_ms: 0,
+      };
+    },
+    used: (usage) => ({ tokens: (usage?.inputUnits ?? 0) + (usage?.outputUnits ?? 0), media_ms: 0 }),
+  };
+}
+
+/** Video kinds: the requested duration, then the duration rendered (the ledger's output units, ms). */
+export function videoMeter<Request extends { duration_seconds: number }>(): Meter<Request> {
+  return {
+    reserve: (request) => ({ tokens: 0, media_ms: request.duration_seconds * 1000 }),
+    used: (usage) => ({ tokens: 0, media_ms: usage?.outputUnits ?? 0 }),
+  };
+}
+
+/** Images: each counts `image_seconds` of media, requested then produced (the ledger's output units). */
+export function imageMeter<Request extends { n: number }>(): Meter<Request> {
+  return {
+    reserve: (request, settings) => ({ tokens: 0, media_ms: request.n * settings.image_seconds * 1000 }),
+    used: (usage, settings) => ({
+      tokens: 0,
+      media_ms: (usage?.outputUnits ?? 0) * settings.image_seconds * 1000,
+    }),
+  };
+}

@@ -1,0 +1,69 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { ApiKey } from '../../src/store/index.js';
+import { sleepKind, sleepRoutes } from '../fixtures/sleep-kind.js';
+import { waitUntil } from '../helpers/process.js';
+import { startTestServer, type TestServer } from '../helpers/server.js';
+import { caseTitle, storeCases } from '../helpers/stores.js';
+
+/** A key of a new organisation with these limits, and its record. */
+async function limitedKey(kiln: TestServer, org: string, limits: ApiKey['limits']) {
+  const key = await kiln.key(org);
+  const [record] = await kiln.server.store.keys.list((await kiln.server.store.orgs.byName(org))?.id);
+  await kiln.server.store.keys.update(record?.id as string, { limits });
+  return { key, id: record?.id as string };
+}
+
+for (const storeCase of storeCases) {
+  describe.skipIf(storeCase.skip)(`rate limits and budgets: ${caseTitle(storeCase)}`, () => {
+    let kiln: TestServer;
+    const kind = sleepKind();
+
+    beforeAll(async () => {
+      kiln = await startTestServer(storeCase, {}, { kinds: [kind as never], routes: sleepRoutes(kind) });
+    });
+    afterAll(async () => {
+      await kiln?.close();
+    });
+
+    const sleep = (key: string, body: Record<string, unknown>) =>
+      kiln.call('POST', '/v1/test/sleep', { key, body });
+
+    it('requests_per_minute admits that many, then answers 429 rate-limited with Retry-After and OpenAI headers', async () => {
+      const { key } = await limitedKey(kiln, 'rpm-org', { requests_per_minute: 3 });
+      const answers = [];
+      for (let i = 0; i < 3; i++) answers.push(await sleep(key, { ms: 1, mode: 'sync' }));
+      expect(answers.map((a) => a.status)).toEqual([200, 200, 200]);
+      expect(answers.map((a) => a.headers.get('x-ratelimit-remaining-requests'))).toEqual(['2', '1', '0']);
+      expect(answers[0]?.headers.get('x-ratelimit-limit-requests')).toBe('3');
+      expect(answers[0]?.headers.get('x-ratelimit-reset-requests')).toMatch(/^(\d+m)?\d+(\.\d+)?m?s$/);
+
+      const refused = await sleep(key, { ms: 1, mode: 'sync' });
+      expect(refused.status).toBe(429);
+      expect(refused.body.error).toMatchObject({ code: 'rate-limited', type: 'rate_limit_error' });
+      expect(refused.body.error.details[0]).toMatchObject({
+        field: 'requests_per_minute',
+        scope: 'key',
+        limit: 3,
+        used: 3,
+      });
+      const retry = Number(refused.headers.get('retry-after'));
+      expect(retry).toBeGreaterThanOrEqual(55);
+      expect(retry).toBeLessThanOrEqual(60);
+      expect(refused.headers.get('x-ratelimit-remaining-requests')).toBe('0');
+      const jobs = await kiln.call('GET', '/v1/jobs?limit=100', { key });
+      expect(jobs.body.data).toHaveLength(3);
+    });
+
+    it('concurrent: 2 refuses a third async job while two run, and admits again once one ends', async () => {
+      const { key } = await limitedKey(kiln, 'conc-org', { concurrent: 2 });
+      const a = await sleep(key, { ms: 1500 });
+      const b = await sleep(key, { ms: 100 });
+      expect([a.status, b.status]).toEqual([202, 202]);
+      const third = await sleep(key, { ms: 1 });
+      expect(third.status).toBe(429);
+      expect(third.body.error.details[0]).toMatchObject({ field: 'concurrent', limit: 2, used: 2 });
+      expect(third.headers.get('retry-after')).toBe('1');
+      await waitUntil(async () => (await sleep(key, { ms: 1 })).status === 202, { timeoutMs: 10_000 });
+    });
+  });
+}
