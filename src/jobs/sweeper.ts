@@ -6,9 +6,15 @@ import type { JobService } from './service.js';
  * requeued while attempts remain, else `failed` with `worker-lost`. Every process with workers runs
  * one; the guarded statements make concurrent sweepers harmless.
  */
+/** Admissions past every limit's window (a month) are deleted, this many at a time, once an hour. */
+const ADMISSIONS_KEPT_MS = 32 * 86_400_000;
+const PRUNE_EVERY_MS = 3_600_000;
+const PRUNE_BATCH = 1000;
+
 export class Sweeper {
   #timer: NodeJS.Timeout | undefined;
   #busy = false;
+  #prunedAt = 0;
 
   constructor(
     private readonly jobs: JobService,
@@ -51,6 +57,12 @@ export class Sweeper {
                   message: 'the workers running this job stopped responding on every attempt',
                 },
               },
+        );
+      }
+      if (now - this.#prunedAt >= PRUNE_EVERY_MS) {
+        this.#prunedAt = now;
+        while (
+          (await this.jobs.store.admissions.prune(now - ADMISSIONS_KEPT_MS, PRUNE_BATCH)) === PRUNE_BATCH
         );
       }
     } catch (error) {
