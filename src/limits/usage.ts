@@ -28,12 +28,12 @@ export async function limitStandings(
   const d = new Date(now);
   const monthStart = Date.UTC(d.getUTCFullYear(), d.getUTCMonth(), 1);
   for (const s of limiter.scopes(key)) {
-    const minute = await store.admissions.since(s.scope, s.id, now - 60_000);
-    const oldestOut = minute[0] ? iso(minute[0].created_at + 60_000) : null;
+    const minute = await store.admissions.window(s.scope, s.id, now - 60_000);
+    const oldestOut = minute.oldest === null ? null : iso(minute.oldest + 60_000);
     const totals = await store.admissions.totals(s.scope, s.id, { day: dayStart, month: monthStart });
     const used: Record<LimitName, [number, string | null]> = {
-      requests_per_minute: [minute.length, oldestOut],
-      tokens_per_minute: [minute.reduce((n, r) => n + r.tokens, 0), oldestOut],
+      requests_per_minute: [minute.count, oldestOut],
+      tokens_per_minute: [minute.tokens, oldestOut],
       concurrent: [await store.admissions.heldCount(s.scope, s.id), null],
       tokens_per_day: [totals.day_tokens, iso(dayStart + 86_400_000)],
       tokens_per_month: [totals.month_tokens, iso(Date.UTC(d.getUTCFullYear(), d.getUTCMonth() + 1, 1))],

@@ -187,6 +187,17 @@ export const migrations: ReadonlyArray<{ version: number; name: string; sql: (d:
       CREATE INDEX admissions_org ON admissions (org_id, created_at, tokens, media_ms);
       CREATE INDEX admissions_held_key ON admissions (key_id) WHERE held = 1;
       CREATE INDEX admissions_held_org ON admissions (org_id) WHERE held = 1;
+      CREATE TABLE admission_totals (
+        scope_id TEXT NOT NULL,
+        day BIGINT NOT NULL,
+        tokens BIGINT NOT NULL,
+        media_ms BIGINT NOT NULL,
+        PRIMARY KEY (scope_id, day)
+      );
+      CREATE TABLE admission_marks (
+        scope_id TEXT PRIMARY KEY,
+        folded_until BIGINT NOT NULL
+      );
     `,
   },
 ];
