@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import Fastify, { type FastifyInstance, type FastifyRequest, LogController } from 'fastify';
 import type { Logger } from 'pino';
+import { adminApiRoutes } from '../admin/routes.js';
 import type { Config } from '../config/schema.js';
 import type { JobService } from '../jobs/service.js';
 import type { OutboundPolicy } from '../net/policy.js';
@@ -108,6 +109,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
       mediaRoutes(authenticated, deps);
       modelRoutes(authenticated, deps);
       adminRoutes(authenticated, deps);
+      adminApiRoutes(authenticated, deps);
       metricsRoutes(authenticated, deps);
       deps.routes?.(authenticated, deps);
     });

@@ -1,12 +1,11 @@
 import { type Command, Option } from 'commander';
+import { ORG_NAME } from '../admin/schemas.js';
 import { issueKey } from '../auth/keys.js';
 import { randomBase62 } from '../ids.js';
 import type { Limits } from '../limits/schema.js';
 import type { Store } from '../store/index.js';
 import { isoTime, serverConfig, table, UsageError } from './common.js';
 import { limitChange, limitOptions, limitsSummary } from './limits.js';
-
-const ORG_NAME = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/;
 
 /** Admin commands work on the store directly, with the same configuration as `kiln serve`. */
 async function withStore<T>(command: Command, work: (store: Store) => Promise<T>): Promise<T> {
