@@ -1,3 +1,5 @@
+import { existsSync } from 'node:fs';
+import path from 'node:path';
 import { type Command, Option } from 'commander';
 import { ORG_NAME } from '../admin/schemas.js';
 import { issueKey } from '../auth/keys.js';
@@ -7,13 +9,33 @@ import type { Store } from '../store/index.js';
 import { isoTime, serverConfig, table, UsageError } from './common.js';
 import { limitChange, limitOptions, limitsSummary } from './limits.js';
 
-/** Admin commands work on the store directly, with the same configuration as `kiln serve`. */
+/**
+ * Admin commands work on the store directly, with the same configuration as `kiln serve`. They
+ * never create one: run from the wrong directory, an admin command would otherwise make a new,
+ * empty store and list no keys. `kiln migrate` (or `kiln serve`) creates it.
+ */
 async function withStore<T>(command: Command, work: (store: Store) => Promise<T>): Promise<T> {
   const config = serverConfig(command);
+  const url = config.store.url;
+  const fix =
+    'run the command where `kiln serve` runs, or point KILN_DATA_DIR, KILN_STORE_URL or --config at its store; `kiln migrate` creates a new one';
+  if (url.startsWith('sqlite:') && url !== 'sqlite::memory:' && !existsSync(url.slice('sqlite:'.length))) {
+    throw new UsageError(`there is no Kiln store at ${path.resolve(url.slice('sqlite:'.length))}: ${fix}`);
+  }
   // Loaded on use: the database drivers are the slowest part of starting the CLI.
   const { openStore } = await import('../store/index.js');
   const store = openStore(config.store);
   try {
+    if (!url.startsWith('sqlite:') && !(await store.exists())) {
+      const { shownStoreUrl, storeOpenError } = await import('../store/postgres/open-error.js');
+      // Not reachable at all is another story, told as `kiln serve` tells it.
+      await store.ping().catch((error: unknown) => {
+        throw storeOpenError(url, error);
+      });
+      throw new UsageError(
+        `schema ${config.store.schema} of ${shownStoreUrl(url)} holds no Kiln store: ${fix}`,
+      );
+    }
     await store.migrate();
     return await work(store);
   } finally {

@@ -79,6 +79,16 @@ export class Store extends Repositories {
     );
   }
 
+  /** Whether this database holds a Kiln store already (its migrations table exists). */
+  async exists(): Promise<boolean> {
+    try {
+      await this.driver.get('SELECT version FROM kiln_migrations LIMIT 1');
+      return true;
+    } catch {
+      return false;
+    }
+  }
+
   migrate(): Promise<number> {
     return migrate(this.driver);
   }

@@ -56,6 +56,9 @@ function target(url: string): Target | undefined {
   };
 }
 
+/** A PostgreSQL store URL as messages may show it: the password masked, the query left out. */
+export const shownStoreUrl = (url: string): string => target(url)?.shown ?? 'the configured postgres:// URL';
+
 /** `text` with every trace of `secret` replaced; a secret under 4 characters would mask ordinary words. */
 function scrub(text: string, secrets: string[]): string {
   let out = text;

@@ -1,0 +1,71 @@
+import { existsSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { kilnWith } from '../helpers/cli.js';
+import { dropSchema, POSTGRES_URL, testSchema } from '../helpers/postgres.js';
+import { storeCases } from '../helpers/stores.js';
+
+/**
+ * An admin command run where there is no store (the wrong directory, a schema never migrated)
+ * says so and what to do, with a non-zero exit, instead of creating an empty store and listing no
+ * keys. `kiln migrate` is how to create one on purpose.
+ */
+let cwd: string;
+beforeAll(() => {
+  cwd = mkdtempSync(path.join(tmpdir(), 'kiln-no-store-'));
+});
+afterAll(() => rmSync(cwd, { recursive: true, force: true }));
+
+describe('admin commands without a store: sqlite', () => {
+  it.each([
+    [['keys', 'list']],
+    [['orgs', 'list']],
+    [['orgs', 'create', 'acme']],
+    [['keys', 'create', '--org', 'acme']],
+    [['orgs', 'update', 'acme', '--rpm', '1']],
+    [['webhooks', 'secret', '--org', 'acme']],
+  ])('kiln %s refuses, names the file it looked for and kiln migrate, and creates nothing', async (args) => {
+    const dir = mkdtempSync(path.join(cwd, 'run-'));
+    const result = await kilnWith({ cwd: dir })(args);
+    expect(result.code).not.toBe(0);
+    expect(result.stdout).toBe('');
+    expect(result.stderr).toContain(`there is no Kiln store at ${path.join(dir, 'data', 'kiln.db')}`);
+    expect(result.stderr).toContain('kiln migrate');
+    expect(result.stderr).toContain('KILN_DATA_DIR');
+    expect(readdirSync(dir)).toEqual([]);
+  });
+
+  it('after kiln migrate, the same directory works', async () => {
+    const dir = mkdtempSync(path.join(cwd, 'migrated-'));
+    const kiln = kilnWith({ cwd: dir });
+    const migrated = await kiln(['migrate']);
+    expect(migrated.code, migrated.stderr).toBe(0);
+    expect(existsSync(path.join(dir, 'data', 'kiln.db'))).toBe(true);
+    expect((await kiln(['orgs', 'create', 'acme'])).code).toBe(0);
+    const listed = await kiln(['orgs', 'list']);
+    expect(listed.code).toBe(0);
+    expect(listed.stdout).toContain('acme');
+  });
+});
+
+const pg = storeCases[1] as (typeof storeCases)[number];
+describe.skipIf(pg.skip)('admin commands without a store: postgres', () => {
+  it('a schema that holds no store is refused by name, with the password masked, and not created', async () => {
+    const schema = testSchema();
+    const url = POSTGRES_URL.replace('postgres://postgres@', 'postgres://postgres:s3cret-pass@');
+    const kiln = kilnWith({ cwd, env: { KILN_STORE_URL: url, KILN_STORE_SCHEMA: schema } });
+    try {
+      const result = await kiln(['keys', 'list']);
+      expect(result.code).not.toBe(0);
+      expect(result.stderr).toContain(`schema ${schema} of postgres://postgres:***@`);
+      expect(result.stderr).toContain('kiln migrate');
+      expect(result.stderr).not.toContain('s3cret-pass');
+      const migrated = await kiln(['migrate']);
+      expect(migrated.code, migrated.stderr).toBe(0);
+      expect((await kiln(['keys', 'list'])).code).toBe(0);
+    } finally {
+      await dropSchema(schema);
+    }
+  });
+});
