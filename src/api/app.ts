@@ -4,6 +4,7 @@ import type { Logger } from 'pino';
 import { adminApiRoutes } from '../admin/routes.js';
 import type { Config } from '../config/schema.js';
 import type { JobService } from '../jobs/service.js';
+import { rateHeadersHook } from '../limits/hook.js';
 import type { OutboundPolicy } from '../net/policy.js';
 import { responseRoutes } from '../responses/routes.js';
 import type { Runtime } from '../runtime.js';
@@ -102,6 +103,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     fileRoutes(api, { files: deps.runtime.files, store: deps.store });
     await api.register(async (authenticated) => {
       authenticated.addHook('onRequest', requireApiKey(deps.store));
+      rateHeadersHook(authenticated, { store: deps.store, limiter: deps.runtime.limiter });
       contextRoutes(authenticated, deps);
       jobRoutes(authenticated, deps);
       chatRoutes(authenticated, deps);

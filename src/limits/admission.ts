@@ -85,6 +85,34 @@ export class Limiter {
   }
 
   /**
+   * The caller's per-minute windows as they stand, read without the admission lock: the
+   * `x-ratelimit-*` headers of answers that create no work. Empty when no per-minute limit applies.
+   */
+  async peek(store: Repositories, key: ApiKey, now = Date.now()): Promise<RateWindows> {
+    const windows: RateWindows = {};
+    for (const s of this.scopes(key)) {
+      const rpm = s.limits.requests_per_minute;
+      const tpm = s.limits.tokens_per_minute;
+      if (rpm === undefined && tpm === undefined) continue;
+      const window = await store.admissions.window(s.scope, s.id, now - MINUTE_MS);
+      const resetMs = window.oldest === null ? 0 : window.oldest + MINUTE_MS - now;
+      if (rpm !== undefined)
+        windows.requests = tighter(windows.requests, {
+          limit: rpm,
+          remaining: Math.max(0, rpm - window.count),
+          resetMs,
+        });
+      if (tpm !== undefined)
+        windows.tokens = tighter(windows.tokens, {
+          limit: tpm,
+          remaining: Math.max(0, tpm - window.tokens),
+          resetMs,
+        });
+    }
+    return windows;
+  }
+
+  /**
    * Checks the request against every scope and, when it fits, records its admission in `tx` (the
    * job's transaction). A refusal writes nothing. Rates count the last 60 seconds exactly; budgets
    * the UTC day and month; `concurrent` the caller's jobs still queued or running.

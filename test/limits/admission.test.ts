@@ -52,6 +52,12 @@ for (const storeCase of storeCases) {
       expect(refused.headers.get('x-ratelimit-remaining-requests')).toBe('0');
       const jobs = await kiln.call('GET', '/v1/jobs?limit=100', { key });
       expect(jobs.body.data).toHaveLength(3);
+      // Answers that create no work carry the headers too, as the window stands.
+      expect(jobs.headers.get('x-ratelimit-limit-requests')).toBe('3');
+      expect(jobs.headers.get('x-ratelimit-remaining-requests')).toBe('0');
+      const unlimited = await kiln.call('GET', '/v1/jobs', { key: await kiln.key('free-org') });
+      expect(unlimited.status).toBe(200);
+      expect(unlimited.headers.get('x-ratelimit-limit-requests')).toBeNull();
     });
 
     it('concurrent: 2 refuses a third async job while two run, and admits again once one ends', async () => {
