@@ -166,10 +166,8 @@ export class JobService {
           // Admissions lock their caller: such a transaction commits on its own (see SqlDriver).
           { alone: cost !== undefined },
         );
-        if (refused || !job) {
-          slot?.release();
-          throw refused;
-        }
+        // Refused: the slot goes back below, with any other failure's.
+        if (refused || !job) throw refused;
         if (slot) slot.run(job, submission.request);
         else await this.store.driver.notify('kiln_jobs', kind.name);
         return { job, replayed: false, windows };
