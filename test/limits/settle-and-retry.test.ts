@@ -1,0 +1,171 @@
+import OpenAI from 'openai';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { LlmSim } from '../../src/sim/llm/server.js';
+import { closeAll, engine, simPool } from '../chat/fleet.js';
+import { closedPort } from '../helpers/ports.js';
+import { waitUntil } from '../helpers/process.js';
+import { startTestServer, type TestServer } from '../helpers/server.js';
+import { caseTitle, storeCases } from '../helpers/stores.js';
+
+for (const storeCase of storeCases) {
+  describe.skipIf(storeCase.skip)(`limits: settling and client retries: ${caseTitle(storeCase)}`, () => {
+    let kiln: TestServer;
+    let sims: LlmSim[];
+
+    beforeAll(async () => {
+      const quick = await simPool(1);
+      const slow = await simPool(1, { decodeMsPerToken: 50 });
+      sims = [...quick, ...slow];
+      kiln = await startTestServer(storeCase, {
+        engines: {
+          quick: engine('unique', quick),
+          slow: engine('unique', slow, { models: { slow: 'sim-model' } }),
+          down: {
+            serves: 'unique',
+            replicas: [`http://127.0.0.1:${await closedPort()}`],
+            models: { gone: 'x' },
+          },
+        },
+        'jobs.poll_interval_ms': 100,
+      });
+    }, 60_000);
+    afterAll(async () => {
+      await kiln?.close();
+      await closeAll(sims ?? []);
+    });
+
+    async function limited(limits: Record<string, number>) {
+      const org = `org-${Math.random().toString(36).slice(2)}`;
+      await kiln.call('POST', '/admin/v1/orgs', { body: { name: org } });
+      const created = await kiln.call('POST', '/admin/v1/keys', { body: { org, limits } });
+      return { key: created.body.key as string, id: created.body.id as string };
+    }
+
+    const ended = (key: string, id: string) =>
+      waitUntil(
+        async () => {
+          const job = await kiln.call('GET', `/api/v1/jobs/${id}`, { key });
+          return ['completed', 'failed', 'cancelled', 'timeout'].includes(job.body.status)
+            ? job.body
+            : undefined;
+        },
+        { timeoutMs: 30_000 },
+      );
+
+    /** The ledger's units for a job (prompt + completion tokens), straight from the store. */
+    const ledgerTokens = async (uuid: string) => {
+      const row = await kiln.server.store.driver.get<{ units: number | string }>(
+        'SELECT input_units + output_units AS units FROM usage_ledger WHERE job_id = ?',
+        [uuid],
+      );
+      return Number(row?.units);
+    };
+    const uuidOf = (publicId: string) => publicId.replace(/^[a-z]+-/, '');
+
+    it('a cancelled and a failed job give back their reservation; the budget then equals what was really used', async () => {
+      const { key } = await limited({ tokens_per_day: 100_000 });
+      const ask = (model: string, extra: Record<string, unknown> = {}) =>
+        kiln.call('POST', '/v1/chat/completions', {
+          key,
+          body: {
+            model,
+            messages: [{ role: 'user', content: 'tell me a story' }],
+            max_tokens: 400,
+            ...extra,
+          },
+        });
+
+      const running = await ask('slow', { mode: 'async' });
+      expect(running.status).toBe(202);
+      const held = await kiln.server.store.admissions.get(uuidOf(running.body.id));
+      expect(held).toMatchObject({ held: 1 });
+      expect(held?.tokens).toBeGreaterThan(400);
+      await waitUntil(
+        async () =>
+          (await kiln.call('GET', `/api/v1/jobs/${running.body.id}`, { key })).body.status === 'running',
+        { timeoutMs: 10_000 },
+      );
+      expect((await kiln.call('POST', `/api/v1/jobs/${running.body.id}/cancel`, { key })).status).toBe(200);
+
+      const failing = await ask('gone', { mode: 'async' });
+      expect(failing.status).toBe(202);
+      expect((await ended(key, failing.body.id)).status).toBe('failed');
+
+      const done = await ask('m');
+      expect(done.status).toBe(200);
+      const real = done.body.usage.prompt_tokens + done.body.usage.completion_tokens;
+
+      for (const id of [running.body.id, failing.body.id, done.body.id]) {
+        await ended(key, id);
+        const admission = await kiln.server.store.admissions.get(uuidOf(id));
+        expect(admission?.held, id).toBe(0);
+        expect(admission?.tokens, id).toBe(await ledgerTokens(uuidOf(id)));
+      }
+      expect((await kiln.server.store.admissions.get(uuidOf(failing.body.id)))?.tokens).toBe(0);
+      const usage = await kiln.call('GET', '/api/v1/usage', { key });
+      const cancelledUse = await ledgerTokens(uuidOf(running.body.id));
+      expect(usage.body.limits.key.tokens_per_day).toMatchObject({
+        limit: 100_000,
+        used: real + cancelledUse,
+        remaining: 100_000 - real - cancelledUse,
+      });
+    });
+
+    it('the official openai client, with its default retries, gets through once the minute window frees room', async () => {
+      const { key, id } = await limited({ requests_per_minute: 2 });
+      const statuses: number[] = [];
+      const client = new OpenAI({
+        baseURL: `${kiln.url}/v1`,
+        apiKey: key,
+        fetch: async (url, init) => {
+          const response = await fetch(url, init);
+          statuses.push(response.status);
+          return response;
+        },
+      });
+      const ask = () =>
+        client.chat.completions.create({
+          model: 'm',
+          messages: [{ role: 'user', content: 'hi' }],
+          max_tokens: 4,
+        });
+      await ask();
+      await ask();
+      expect(statuses).toEqual([200, 200]);
+      // As if those two had been made 57 s ago: the window frees its first place in about 3 s.
+      await kiln.server.store.driver.run(
+        'UPDATE admissions SET created_at = created_at - 57000 WHERE key_id = ?',
+        [id],
+      );
+      const third = await ask();
+      expect(third.choices[0]?.message.content).toEqual(expect.any(String));
+      expect(statuses[2]).toBe(429);
+      expect(statuses.at(-1)).toBe(200);
+    });
+
+    it('with a spent budget the openai client gives up at once with a RateLimitError naming budget-exceeded', async () => {
+      const { key } = await limited({ tokens_per_day: 1 });
+      const statuses: number[] = [];
+      const client = new OpenAI({
+        baseURL: `${kiln.url}/v1`,
+        apiKey: key,
+        fetch: async (url, init) => {
+          const response = await fetch(url, init);
+          statuses.push(response.status);
+          return response;
+        },
+      });
+      const ask = () =>
+        client.chat.completions.create({
+          model: 'm',
+          messages: [{ role: 'user', content: 'hi' }],
+          max_tokens: 4,
+        });
+      await ask();
+      const refused = await ask().catch((error: unknown) => error);
+      expect(refused).toBeInstanceOf(OpenAI.RateLimitError);
+      expect((refused as InstanceType<typeof OpenAI.RateLimitError>).code).toBe('budget-exceeded');
+      expect(statuses).toEqual([200, 429]);
+    });
+  });
+}
