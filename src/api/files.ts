@@ -34,6 +34,11 @@ export function fileRoutes(app: FastifyInstance, deps: { files: FileService; sto
     return { ...presentFile(file), url: deps.files.signedUrl(file) };
   });
 
+  app.delete<{ Params: { id: string } }>('/v1/files/:id', { onRequest: authenticateKey }, async (request) => {
+    const file = await deps.files.delete(request.auth.org_id, request.params.id);
+    return { id: file.id, object: 'file', deleted: true };
+  });
+
   /** A valid signature is enough on its own; otherwise the bearer key's organisation must own the file. */
   async function authorise(
     request: FastifyRequest<ContentRequest>,

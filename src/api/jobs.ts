@@ -1,8 +1,10 @@
 import { Type } from '@sinclair/typebox';
 import type { FastifyInstance } from 'fastify';
+import { KilnError } from '../errors.js';
+import type { FileService } from '../files/service.js';
 import { parseJobId } from '../jobs/present.js';
 import { ListJobsQuery, type UsageQuery } from '../jobs/schemas.js';
-import type { JobService } from '../jobs/service.js';
+import { isTerminal, type JobService } from '../jobs/service.js';
 import { limitStandings } from '../limits/usage.js';
 
 /**
@@ -25,12 +27,33 @@ const BoundedUsageQuery = Type.Object(
 );
 
 /** Polling, listing and cancelling jobs of every kind, under /v1 and /api/v1 alike; and the usage ledger. */
-export function jobRoutes(app: FastifyInstance, deps: { jobs: JobService }): void {
+export function jobRoutes(
+  app: FastifyInstance,
+  deps: { jobs: JobService; runtime: { files: FileService } },
+): void {
   const { jobs } = deps;
   for (const base of ['/v1/jobs', '/api/v1/jobs']) {
     app.get<{ Params: { id: string } }>(`${base}/:id`, async (request) =>
       jobs.poll(await jobs.get(request.auth.org_id, request.params.id)),
     );
+
+    // A terminal job's request, result and produced files, gone now rather than after retention: its
+    // polls answer 410 from then on, its files and their URLs 404. Its usage-ledger row stays.
+    app.delete<{ Params: { id: string } }>(`${base}/:id`, async (request) => {
+      const job = await jobs.get(request.auth.org_id, request.params.id);
+      if (!isTerminal(job.status)) {
+        throw new KilnError(
+          'conflict',
+          `job ${request.params.id} is ${job.status}: cancel it first, then delete it`,
+          {
+            attach: { job: jobs.poll(job) },
+          },
+        );
+      }
+      await deps.runtime.files.deleteForJob(job.org_id, job.id);
+      await jobs.store.jobs.forget(job.org_id, job.id, Date.now());
+      return { id: jobs.poll(job).id, object: 'job', deleted: true };
+    });
 
     app.post<{ Params: { id: string } }>(`${base}/:id/cancel`, async (request) =>
       jobs.poll(await jobs.cancel(request.auth.org_id, request.params.id)),

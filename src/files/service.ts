@@ -148,6 +148,24 @@ export class FileService {
     return row;
   }
 
+  /**
+   * Deletes the organisation's file: its row first (its URLs answer 404 from then on), then its
+   * bytes. Another organisation's or an unknown one is the same 404.
+   */
+  async delete(orgId: string, id: string): Promise<FileRow> {
+    const row = isFileId(id) ? await this.store.files.delete(orgId, id) : undefined;
+    if (!row) throw notFound('file', id);
+    await this.storage.delete(row.storage_key);
+    return row;
+  }
+
+  /** Deletes every file a job produced; answers how many. */
+  async deleteForJob(orgId: string, jobId: string): Promise<number> {
+    const rows = await this.store.files.byJob(orgId, jobId);
+    for (const row of rows) await this.delete(orgId, row.id);
+    return rows.length;
+  }
+
   /** The stored bytes, or `range` of them. */
   content(file: FileRow, range?: ByteRange): Promise<Readable> {
     return this.storage.read(file.storage_key, range);
