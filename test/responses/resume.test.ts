@@ -23,7 +23,7 @@ import { caseTitle, freshStore, storeCases } from '../helpers/stores.js';
 type StreamEvent = OpenAI.Responses.ResponseStreamEvent;
 
 /** Slow enough that a response is still running when its client comes back. */
-const DECODE_MS = 25;
+const DECODE_MS = 60;
 const TOKENS = 40;
 const ask = {
   model: 'm',
