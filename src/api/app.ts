@@ -3,6 +3,7 @@ import Fastify, { type FastifyInstance, type FastifyRequest, LogController } fro
 import type { Logger } from 'pino';
 import { adminApiRoutes } from '../admin/routes.js';
 import type { Config } from '../config/schema.js';
+import { leaveUndocumented, registerDocs } from '../docs/index.js';
 import type { JobService } from '../jobs/service.js';
 import { rateHeadersHook } from '../limits/hook.js';
 import type { OutboundPolicy } from '../net/policy.js';
@@ -94,6 +95,8 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     reply.header('x-request-id', request.id);
     done(null, payload);
   });
+  // The landing page, /openapi.json and /docs; the document collects the routes registered after it.
+  await registerDocs(app, deps);
 
   await app.register(async (api) => {
     // Text one store would refuse or change (NUL, lone surrogates) is refused up front, on both.
@@ -113,7 +116,11 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
       adminRoutes(authenticated, deps);
       adminApiRoutes(authenticated, deps);
       metricsRoutes(authenticated, deps);
-      deps.routes?.(authenticated, deps);
+      // Routes a caller adds (tests do) are not part of the public API, nor of its document.
+      authenticated.register(async (extra) => {
+        leaveUndocumented(extra);
+        deps.routes?.(extra, deps);
+      });
     });
   });
   // MCP answers bad arguments in its own terms (tool errors, JSON-RPC errors), NUL included.
