@@ -1,8 +1,11 @@
 import { randomUUID } from 'node:crypto';
 import Fastify, { type FastifyInstance, type FastifyRequest, LogController } from 'fastify';
 import type { Logger } from 'pino';
+import { fleetRoutes } from '../admin/fleet.js';
 import { adminApiRoutes } from '../admin/routes.js';
 import type { Config } from '../config/schema.js';
+import { consoleApiRoutes } from '../console/routes.js';
+import { consoleRoutes } from '../console/serve.js';
 import { leaveUndocumented, registerDocs } from '../docs/index.js';
 import type { JobService } from '../jobs/service.js';
 import { rateHeadersHook } from '../limits/hook.js';
@@ -97,6 +100,8 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   });
   // The landing page, /openapi.json and /docs; the document collects the routes registered after it.
   await registerDocs(app, deps);
+  // The console's page and assets; what it reads is the API below, with the signed-in key.
+  consoleRoutes(app);
 
   await app.register(async (api) => {
     // Text one store would refuse or change (NUL, lone surrogates) is refused up front, on both.
@@ -115,6 +120,8 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
       modelRoutes(authenticated, deps);
       adminRoutes(authenticated, deps);
       adminApiRoutes(authenticated, deps);
+      fleetRoutes(authenticated, deps);
+      consoleApiRoutes(authenticated, deps);
       metricsRoutes(authenticated, deps);
       // Routes a caller adds (tests do) are not part of the public API, nor of its document.
       authenticated.register(async (extra) => {

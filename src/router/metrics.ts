@@ -63,3 +63,24 @@ export function routeMetrics(): string {
   );
   return lines.join('\n');
 }
+
+/** The same counters as data: per engine, requests routed (and how many as overflow); per replica, tokens. */
+export function routeCounts(): {
+  routed: Map<string, { requests: number; overflow: number }>;
+  cached: Map<string, { prompt: number; predicted: number; reported: number }>;
+} {
+  const perEngine = new Map<string, { requests: number; overflow: number }>();
+  for (const [key, value] of routed) {
+    const [, engine = '', overflow] = key.split('\u0000');
+    const counts = perEngine.get(engine) ?? { requests: 0, overflow: 0 };
+    counts.requests += value;
+    if (overflow === 'true') counts.overflow += value;
+    perEngine.set(engine, counts);
+  }
+  const perReplica = new Map<string, { prompt: number; predicted: number; reported: number }>();
+  for (const [labels, counts] of cached) {
+    const [, engine, replica] = /engine="(.*)",replica="(\d+)"/.exec(labels) ?? [];
+    perReplica.set(`${engine}/${replica}`, { ...counts });
+  }
+  return { routed: perEngine, cached: perReplica };
+}

@@ -38,4 +38,42 @@ export class UsageRepository {
     );
     return Number(row?.n ?? 0);
   }
+
+  /** Sums per UTC day, kind and key for the organisation, over [since, until); oldest day first. */
+  async daily(orgId: string, since: number, until: number): Promise<DailyUsage[]> {
+    const rows = await this.db.all<Record<keyof DailyUsage, string | number>>(
+      `SELECT u.created_at / ${DAY_MS} AS day, u.kind AS kind, j.key_id AS key_id, COUNT(*) AS jobs,
+         SUM(CASE WHEN u.status = 'completed' THEN 1 ELSE 0 END) AS completed,
+         SUM(run_ms) AS run_ms, SUM(input_units) AS input_units, SUM(output_units) AS output_units
+       FROM usage_ledger u JOIN jobs j ON j.id = u.job_id
+       WHERE u.org_id = ? AND u.created_at >= ? AND u.created_at < ?
+       GROUP BY u.created_at / ${DAY_MS}, u.kind, j.key_id ORDER BY day, kind, key_id`,
+      [orgId, since, until],
+    );
+    return rows.map((r) => ({
+      day: new Date(Number(r.day) * DAY_MS).toISOString().slice(0, 10),
+      kind: String(r.kind),
+      key_id: String(r.key_id),
+      jobs: Number(r.jobs),
+      completed: Number(r.completed),
+      run_ms: Number(r.run_ms),
+      input_units: Number(r.input_units),
+      output_units: Number(r.output_units),
+    }));
+  }
+}
+
+const DAY_MS = 86_400_000;
+
+/** One UTC day's use by one key of one kind. */
+export interface DailyUsage {
+  /** YYYY-MM-DD, UTC. */
+  day: string;
+  kind: string;
+  key_id: string;
+  jobs: number;
+  completed: number;
+  run_ms: number;
+  input_units: number;
+  output_units: number;
 }

@@ -88,11 +88,37 @@ export class WebhookRepository {
     return row?.at === null || row?.at === undefined ? undefined : Number(row.at);
   }
 
-  async forJob(
-    jobId: string,
-  ): Promise<{ id: string; status: string; attempts: number; last_status: number | null } | undefined> {
-    return this.db.get('SELECT id, status, attempts, last_status FROM webhook_deliveries WHERE job_id = ?', [
-      jobId,
-    ]);
+  async forJob(jobId: string): Promise<DeliveryState | undefined> {
+    const row = await this.db.get<Record<keyof DeliveryState, string | number | null>>(
+      `SELECT id, status, attempts, last_status, last_error, event, created_at, next_attempt_at, delivered_at
+       FROM webhook_deliveries WHERE job_id = ?`,
+      [jobId],
+    );
+    if (!row) return undefined;
+    const time = (value: string | number | null) => (value === null ? null : Number(value));
+    return {
+      id: String(row.id),
+      status: String(row.status),
+      event: String(row.event),
+      attempts: Number(row.attempts),
+      last_status: row.last_status === null ? null : Number(row.last_status),
+      last_error: row.last_error === null ? null : String(row.last_error),
+      created_at: Number(row.created_at),
+      next_attempt_at: time(row.next_attempt_at),
+      delivered_at: time(row.delivered_at),
+    };
   }
+}
+
+/** A job's webhook delivery as it stands (times in Unix milliseconds). */
+export interface DeliveryState {
+  id: string;
+  status: string;
+  event: string;
+  attempts: number;
+  last_status: number | null;
+  last_error: string | null;
+  created_at: number;
+  next_attempt_at: number | null;
+  delivered_at: number | null;
 }

@@ -1,0 +1,191 @@
+import { useState } from 'preact/hooks';
+import { api, type Session, when } from '../api.js';
+import { usePoll } from '../hooks.js';
+
+interface Context {
+  id: string;
+  name: string;
+  description: string | null;
+  size_bytes: number;
+  version: number;
+  updated_at: number;
+  content?: string;
+}
+
+const utf8Bytes = (text: string) => new TextEncoder().encode(text).length;
+
+/** The organisation's contexts: search by prefix, view, create, edit (a new version), delete. */
+export function ContextsView({ session }: { session: Session }) {
+  const [prefix, setPrefix] = useState('');
+  const [open, setOpen] = useState<Context | null>(null);
+  const [editing, setEditing] = useState<{ name: string; content: string; isNew: boolean } | null>(null);
+  const [notice, setNotice] = useState<string>();
+  const [error, setError] = useState<string>();
+  const [confirming, setConfirming] = useState(false);
+  const list = usePoll(
+    () =>
+      api<{ data: Context[]; has_more: boolean }>(
+        'GET',
+        `/api/v1/contexts?limit=100${prefix ? `&prefix=${encodeURIComponent(prefix)}` : ''}`,
+      ),
+    [prefix],
+    5000,
+  );
+  const cap = session.contexts_max_bytes;
+
+  const show = async (name: string) => {
+    setError(undefined);
+    setEditing(null);
+    setConfirming(false);
+    try {
+      setOpen(await api<Context>('GET', `/api/v1/contexts/${encodeURIComponent(name)}`));
+    } catch (caught) {
+      setError((caught as Error).message);
+    }
+  };
+  const save = async (event: Event) => {
+    event.preventDefault();
+    if (!editing) return;
+    setError(undefined);
+    try {
+      const saved = await api<Context>('POST', '/api/v1/contexts', {
+        name: editing.name,
+        content: editing.content,
+      });
+      setNotice(`Saved ${saved.name}, version ${saved.version}.`);
+      list.refresh();
+      await show(saved.name);
+    } catch (caught) {
+      setError((caught as Error).message);
+    }
+  };
+  const remove = async () => {
+    if (!open) return;
+    try {
+      await api('DELETE', `/api/v1/contexts/${encodeURIComponent(open.name)}`);
+      setNotice(`Deleted ${open.name}.`);
+      setOpen(null);
+      setConfirming(false);
+      list.refresh();
+    } catch (caught) {
+      setError((caught as Error).message);
+    }
+  };
+
+  const size = editing ? utf8Bytes(editing.content) : 0;
+  return (
+    <section aria-labelledby="contexts-title">
+      <h1 id="contexts-title">Contexts</h1>
+      <div class="filters">
+        <label>
+          Names starting with{' '}
+          <input type="search" value={prefix} onInput={(e) => setPrefix(e.currentTarget.value)} />
+        </label>
+        <button
+          type="button"
+          onClick={() => {
+            setOpen(null);
+            setEditing({ name: '', content: '', isNew: true });
+          }}
+        >
+          New context
+        </button>
+      </div>
+      {notice && <p role="status">{notice}</p>}
+      {error && <p role="alert">{error}</p>}
+      <div class="columns">
+        <div>
+          {list.value?.data.length === 0 && <p>No contexts{prefix ? ` starting with “${prefix}”` : ''}.</p>}
+          {list.value && list.value.data.length > 0 && (
+            <table>
+              <thead>
+                <tr>
+                  <th scope="col">Name</th>
+                  <th scope="col">Version</th>
+                  <th scope="col">Size</th>
+                  <th scope="col">Updated</th>
+                </tr>
+              </thead>
+              <tbody>
+                {list.value.data.map((c) => (
+                  <tr key={c.id}>
+                    <td>
+                      <button type="button" class="link" onClick={() => show(c.name)}>
+                        {c.name}
+                      </button>
+                    </td>
+                    <td>{c.version}</td>
+                    <td>
+                      {c.size_bytes} B ({((c.size_bytes / cap) * 100).toFixed(1)}% of cap)
+                    </td>
+                    <td>{when(c.updated_at)}</td>
+                  </tr>
+                ))}
+              </tbody>
+            </table>
+          )}
+        </div>
+        <div>
+          {open && !editing && (
+            <article class="card" aria-labelledby="context-name">
+              <h2 id="context-name">{open.name}</h2>
+              <p>
+                Version <span data-testid="context-version">{open.version}</span> · {open.size_bytes} of {cap}{' '}
+                bytes · updated {when(open.updated_at)}
+              </p>
+              <pre class="content">{open.content}</pre>
+              <button
+                type="button"
+                onClick={() => setEditing({ name: open.name, content: open.content ?? '', isNew: false })}
+              >
+                Edit
+              </button>{' '}
+              {confirming ? (
+                <button type="button" class="danger" onClick={remove}>
+                  Confirm delete
+                </button>
+              ) : (
+                <button type="button" onClick={() => setConfirming(true)}>
+                  Delete
+                </button>
+              )}
+            </article>
+          )}
+          {editing && (
+            <form class="card" onSubmit={save} aria-labelledby="edit-title">
+              <h2 id="edit-title">{editing.isNew ? 'New context' : `Edit ${editing.name}`}</h2>
+              {editing.isNew && (
+                <>
+                  <label for="context-name-input">Name</label>
+                  <input
+                    id="context-name-input"
+                    required
+                    pattern="[A-Za-z0-9._\/\-]+"
+                    value={editing.name}
+                    onInput={(e) => setEditing({ ...editing, name: e.currentTarget.value })}
+                  />
+                </>
+              )}
+              <label for="context-content">Content</label>
+              <textarea
+                id="context-content"
+                rows={12}
+                value={editing.content}
+                onInput={(e) => setEditing({ ...editing, content: e.currentTarget.value })}
+              />
+              <p class={size > cap ? 'over' : ''}>
+                {size} of {cap} bytes{size > cap ? ': too large to save' : ''}
+              </p>
+              <button type="submit" disabled={size > cap}>
+                Save
+              </button>{' '}
+              <button type="button" onClick={() => setEditing(null)}>
+                Cancel
+              </button>
+            </form>
+          )}
+        </div>
+      </div>
+    </section>
+  );
+}
