@@ -32,7 +32,17 @@ const operationId = (method: string, url: string) =>
  * summary, tag, security and (documentation only) responses from operations.ts. Fastify never sees
  * these responses, so nothing it sends is serialised through them.
  */
-function describeRoute({ schema, url, route }: { schema: FastifySchema; url: string; route: RouteOptions }) {
+function describeRoute({
+  schema,
+  url: registered,
+  route,
+}: {
+  schema: FastifySchema;
+  url: string;
+  route: RouteOptions;
+}) {
+  // Fastify registers the page as `/docs`, then re-uses the route's options (this object) for `/docs/`.
+  const url = registered === `${DOCS_PREFIX}/` ? DOCS_PREFIX : registered;
   const methods = ([] as string[]).concat(route.method);
   const operation = operationOf(methods[0] as string, url);
   const documented: Record<string, unknown> = {

@@ -28,7 +28,8 @@ export const TAGS = [
   { name: 'Contexts', description: 'the organisation’s context store' },
   { name: 'Models', description: 'personas and served models' },
   { name: 'MCP', description: 'the context store as MCP tools (Streamable HTTP, stateless)' },
-  { name: 'Admin', description: 'organisations and keys (admin keys only)' },
+  { name: 'Session', description: 'who a key is: what the console signs in with' },
+  { name: 'Admin', description: 'organisations, keys and the fleet (admin keys only)' },
   { name: 'Operations', description: 'probes, metrics, reload' },
 ];
 
@@ -41,6 +42,7 @@ const TAG_PREFIXES: Array<[RegExp, string]> = [
   [/^\/api\/v1\/contexts/, 'Contexts'],
   [/^\/v1\/models/, 'Models'],
   [/^\/mcp$/, 'MCP'],
+  [/^\/api\/v1\/session$/, 'Session'],
   [/^\/admin\/v1\//, 'Admin'],
   [/^\/(healthz|readyz|metrics|admin\/reload)$/, 'Operations'],
 ];
@@ -80,7 +82,11 @@ const OPERATIONS: Record<string, Operation> = {
       },
     },
   },
-  'GET /docs': { summary: 'This API reference, as a web page', auth: 'none' },
+  'GET /docs': {
+    summary: 'This API reference, as a web page',
+    auth: 'none',
+    responses: { 200: R.ReferencePage },
+  },
   'GET /openapi.json': {
     summary: 'This document (OpenAPI 3.1)',
     auth: 'none',
@@ -163,6 +169,19 @@ const OPERATIONS: Record<string, Operation> = {
     responses: ok(R.ContextDeleted),
   },
   ...JOBS,
+  'GET /api/v1/jobs/:id/details': {
+    summary: 'A job with its request (long strings cut), its route and its webhook delivery',
+    description: 'What the console shows of a job. The webhook’s URL comes without its query string.',
+    responses: ok(R.JobDetails),
+  },
+  'GET /api/v1/usage/daily': {
+    summary: 'Usage per UTC day, kind and key, over the last `days` days',
+    responses: ok(R.UsageDaily),
+  },
+  'GET /api/v1/session': {
+    summary: 'Who the key is: its role, tier and organisation (never the key itself)',
+    responses: ok(R.Session),
+  },
   'GET /api/v1/usage': {
     summary: 'Usage per kind, and where the key and its organisation stand against their limits',
     responses: ok(R.Usage),
@@ -175,13 +194,19 @@ const OPERATIONS: Record<string, Operation> = {
     responses: {
       200: R.McpAnswer,
       202: { ...R.NoContent, description: 'a notification, accepted' },
+      400: R.McpBadRequest,
       401: { ...R.ErrorEnvelope, description: 'no key, or a bad one: the bearer key is what is wanted' },
+      406: R.McpRefused('Accept does not name both application/json and text/event-stream'),
+      default: R.ErrorEnvelope,
     },
   },
-  'GET /mcp': { summary: 'Always 405: this MCP endpoint is stateless', responses: { 405: R.ErrorEnvelope } },
+  'GET /mcp': {
+    summary: 'Always 405: this MCP endpoint is stateless',
+    responses: { 405: R.ErrorEnvelope, default: R.ErrorEnvelope },
+  },
   'DELETE /mcp': {
     summary: 'Always 405: this MCP endpoint is stateless',
-    responses: { 405: R.ErrorEnvelope },
+    responses: { 405: R.ErrorEnvelope, default: R.ErrorEnvelope },
   },
   'POST /admin/reload': {
     summary: 'Re-read engines, personas and routing from the configuration file',
@@ -206,6 +231,11 @@ const OPERATIONS: Record<string, Operation> = {
     summary: 'Set or remove an organisation’s limits',
     description: `${ADMIN_ONLY} A whole number sets a limit, null removes it; limits not named are kept.`,
     responses: ok(R.OrganizationEntry),
+  },
+  'GET /admin/v1/fleet': {
+    summary: 'Engine pools, their replicas and the runners, as this gateway sees them now',
+    description: `${ADMIN_ONLY} Replicas are named by engine and index, never by address.`,
+    responses: ok(R.Fleet),
   },
   'GET /admin/v1/keys': { summary: 'List keys', description: ADMIN_ONLY, responses: ok(R.ApiKeyList) },
   'POST /admin/v1/keys': {

@@ -126,6 +126,36 @@ export const Submission = json(
   'accepted: poll `polling_url` (also in `Location`) or wait for the webhook',
 );
 
+/** What the console shows of one job: the job, its request (long strings cut), route and webhook. */
+export const JobDetails = json(
+  Type.Object({
+    object: Type.Literal('job.details'),
+    job: Job,
+    mode: oneOf(['sync', 'stream', 'async']),
+    attempts: Type.Integer({ minimum: 0 }),
+    request: Type.Unknown({ description: 'the stored request, every string over 200 characters cut' }),
+    route: Type.Unknown({ description: 'where it ran: engine and replica by name and index, no address' }),
+    webhook: Nullable(
+      Type.Object({
+        url: Nullable(Type.String({ description: 'the receiver, without its query string' })),
+        delivery: Nullable(
+          Type.Object({
+            status: Type.String(),
+            event: Type.String(),
+            attempts: Type.Integer({ minimum: 0 }),
+            last_status: Nullable(Type.Integer()),
+            last_error: Nullable(Type.String()),
+            created_at: Nullable(UnixSeconds),
+            next_attempt_at: Nullable(UnixSeconds),
+            delivered_at: Nullable(UnixSeconds),
+          }),
+        ),
+      }),
+    ),
+  }),
+  'the job with its request, route and webhook delivery',
+);
+
 const Standing = Type.Object({
   limit: Type.Integer(),
   used: Type.Integer(),
@@ -157,6 +187,27 @@ export const Usage = json(
     limits: Type.Object({ key: Standings, org: Standings }),
   }),
   'usage per kind in the period, and where the key and its organisation stand against their limits',
+);
+
+export const UsageDaily = json(
+  Type.Object({
+    object: Type.Literal('list'),
+    since: UnixSeconds,
+    until: UnixSeconds,
+    data: Type.Array(
+      Type.Object({
+        day: Type.String({ pattern: '^\\d{4}-\\d{2}-\\d{2}$', description: 'UTC' }),
+        kind: Type.String(),
+        key_id: Type.String(),
+        jobs: Type.Integer(),
+        completed: Type.Integer(),
+        run_ms: Type.Number(),
+        input_units: Type.Number(),
+        output_units: Type.Number(),
+      }),
+    ),
+  }),
+  'usage per UTC day, kind and key, oldest day first',
 );
 
 const Limits = Type.Object(
@@ -192,6 +243,60 @@ export const ApiKeyList = json(List(ApiKey), 'keys, never the keys themselves or
 export const ApiKeyCreated = json(
   Type.Composite([ApiKey, Type.Object({ key: Type.String({ pattern: '^kiln_sk_' }) })]),
   'created: `key` is shown here only, then stored as its hash',
+);
+
+export const Session = json(
+  Type.Object({
+    object: Type.Literal('session'),
+    key: Type.Object({
+      id: Type.String(),
+      prefix: Type.String(),
+      name: Nullable(Type.String()),
+      role: oneOf(['member', 'admin']),
+      tier: oneOf(['free', 'standard']),
+    }),
+    org: Type.Object({ id: Type.String(), name: Type.String() }),
+    contexts_max_bytes: Type.Integer({ minimum: 0 }),
+  }),
+  'who the key is (never the key itself), its organisation, and the largest context it may save',
+);
+
+export const Fleet = json(
+  Type.Object({
+    object: Type.Literal('fleet'),
+    pools: Type.Array(
+      Type.Object({
+        name: Type.String(),
+        adapter: Type.String(),
+        overflow: Type.Boolean(),
+        models: Type.Array(Type.String()),
+        requests: Type.Integer({ minimum: 0 }),
+        overflow_requests: Type.Integer({ minimum: 0 }),
+        replicas: Type.Array(
+          Type.Object({
+            index: Type.Integer({ minimum: 0 }),
+            healthy: Type.Boolean(),
+            available: Type.Boolean(),
+            in_flight: Type.Integer({ minimum: 0 }),
+            max_concurrency: Type.Integer(),
+            engine_load: Nullable(Type.Number()),
+            context_tokens: Nullable(Type.Integer()),
+            prompt_tokens: Type.Number(),
+            cached_tokens: Type.Number(),
+          }),
+        ),
+      }),
+    ),
+    runners: Type.Array(
+      Type.Object({
+        name: Type.String(),
+        models: Type.Array(Type.String()),
+        in_flight: Type.Integer({ minimum: 0 }),
+        max_concurrency: Type.Integer(),
+      }),
+    ),
+  }),
+  'the engine pools, their replicas (by index, never by address) and the runners, as this gateway sees them now',
 );
 
 export const Reloaded = json(
@@ -277,6 +382,9 @@ export const ResponseRetrieved = media('the response, or its events again (`stre
   'text/event-stream': EventStream,
 });
 export const ImagesAnswer = json(ImagesResult, 'the images (`sync`)');
+export const ReferencePage = media('the reference page (Swagger UI, served from this gateway)', {
+  'text/html': Type.String(),
+});
 export const Metrics = media('Prometheus text format', {
   'text/plain': Type.String(),
 });
@@ -286,4 +394,15 @@ export const FileContent = media('the file’s bytes, in its own content type', 
 export const McpAnswer = media('the JSON-RPC 2.0 answer', {
   'application/json': Type.Object({ jsonrpc: Type.Literal('2.0') }),
 });
+const JsonRpcError = Type.Object({
+  jsonrpc: Type.Literal('2.0'),
+  id: Nullable(Type.Union([Type.String(), Type.Number()])),
+  error: Type.Object({ code: Type.Integer(), message: Type.String(), data: Type.Optional(Type.Unknown()) }),
+});
+/** What the MCP transport itself refuses, in JSON-RPC's terms rather than the error envelope's. */
+export const McpRefused = (description: string) => media(description, { 'application/json': JsonRpcError });
+export const McpBadRequest = media(
+  'a body that is JSON but no JSON-RPC message (a JSON-RPC error), or no JSON at all (the error envelope)',
+  { 'application/json': Type.Union([JsonRpcError, ErrorEnvelope]) },
+);
 export const NoContent = { description: 'no body', type: 'null' };
