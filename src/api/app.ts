@@ -9,6 +9,8 @@ import { consoleRoutes } from '../console/serve.js';
 import { leaveUndocumented, registerDocs } from '../docs/index.js';
 import type { JobService } from '../jobs/service.js';
 import { rateHeadersHook } from '../limits/hook.js';
+import { httpMetrics } from '../metrics/http.js';
+import { metricsRoutes } from '../metrics/routes.js';
 import type { OutboundPolicy } from '../net/policy.js';
 import { responseRoutes } from '../responses/routes.js';
 import type { Runtime } from '../runtime.js';
@@ -22,7 +24,7 @@ import { healthRoutes } from './health.js';
 import { jobRoutes } from './jobs.js';
 import { mcpRoutes } from './mcp.js';
 import { mediaRoutes } from './media.js';
-import { adminRoutes, metricsRoutes, modelRoutes } from './models.js';
+import { adminRoutes, modelRoutes } from './models.js';
 import { refuseUnstorableText, validatorCompiler } from './validation.js';
 
 export interface AppDeps {
@@ -98,6 +100,8 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     reply.header('x-request-id', request.id);
     done(null, payload);
   });
+  // At the root, so that every response is counted: unauthenticated, unmatched and MCP ones too.
+  app.addHook('onResponse', httpMetrics());
   // The landing page, /openapi.json and /docs; the document collects the routes registered after it.
   await registerDocs(app, deps);
   // The console's page and assets; what it reads is the API below, with the signed-in key.

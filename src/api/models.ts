@@ -1,8 +1,6 @@
 import type { FastifyInstance } from 'fastify';
 import { ConfigError } from '../config/load.js';
 import { KilnError } from '../errors.js';
-import { limitMetrics } from '../limits/metrics.js';
-import { routeMetrics } from '../router/metrics.js';
 import type { AppDeps } from './app.js';
 
 /** GET /v1/models: personas and the models the fleet serves (DESIGN.md section 7). */
@@ -69,15 +67,4 @@ export function adminRoutes(app: FastifyInstance, deps: AppDeps): void {
         .map((m) => m.id),
     };
   });
-}
-
-/** GET /metrics: routing counters and replica gauges, Prometheus text format (any key). */
-export function metricsRoutes(app: FastifyInstance, deps: AppDeps): void {
-  app.get('/metrics', async (_request, reply) =>
-    reply
-      .type('text/plain; version=0.0.4')
-      .send(
-        `${routeMetrics()}\n${deps.runtime.router().fleet.metrics()}\n${limitMetrics(deps.runtime.limiter)}\n`,
-      ),
-  );
 }

@@ -214,7 +214,7 @@ const OPERATIONS: Record<string, Operation> = {
     responses: ok(R.Reloaded),
   },
   'GET /metrics': {
-    summary: 'Routing counters, replica gauges and limits',
+    summary: 'Prometheus metrics: jobs, engines, runners, webhooks, HTTP, store, routing, limits, process',
     responses: { 200: R.Metrics, default: R.ErrorEnvelope },
   },
   'GET /admin/v1/orgs': {

@@ -3,6 +3,7 @@ import { KilnError, notFound } from '../errors.js';
 import { uuidv7 } from '../ids.js';
 import type { Limiter } from '../limits/admission.js';
 import type { RateWindows } from '../limits/refusal.js';
+import { countSubmittedJob, observeFinishedJob } from '../metrics/jobs.js';
 import type { ApiKey, FinishGuard, JobMode, JobOutcome, JobRow, JobStatus, Store } from '../store/index.js';
 import type { NewJob } from '../store/repos/jobs.js';
 import { TERMINAL_STATUSES } from '../store/types.js';
@@ -13,6 +14,8 @@ import { parseJobId, pollBody } from './present.js';
 export interface JobSettings {
   retentionMs: number;
   maxAttempts: number;
+  /** A produced file's signed URL, fresh: a poll body's `url`s are signed as it is answered. */
+  signUrl?: (fileId: string) => string;
 }
 
 export interface Submission {
@@ -168,6 +171,7 @@ export class JobService {
         );
         // Refused: the slot goes back below, with any other failure's.
         if (refused || !job) throw refused;
+        countSubmittedJob(kind.name, submission.mode);
         if (slot) slot.run(job, submission.request);
         else await this.store.driver.notify('kiln_jobs', kind.name);
         return { job, replayed: false, windows };
@@ -237,7 +241,7 @@ export class JobService {
   }
 
   poll(job: JobRow): Record<string, unknown> {
-    return pollBody(job, this.kinds);
+    return pollBody(job, this.kinds, this.settings.signUrl);
   }
 
   /** Cancels a queued or running job; a terminal one is 409 `job-already-terminal`. */
@@ -291,6 +295,7 @@ export class JobService {
       return row;
     });
     if (job) {
+      observeFinishedJob(job);
       if (waitersHere) this.events.publishLocal({ t: 'done', id, job });
       else this.events.publish({ t: 'done', id, job });
       if (job.webhook_url) await this.store.driver.notify('kiln_webhooks', id);

@@ -1,6 +1,7 @@
 import type { Logger } from 'pino';
 import type { Config } from '../config/schema.js';
 import { type ChatChunk, type ChatCompletion, type ChatMessage, EngineError } from '../engines/index.js';
+import { EngineCallTimer } from '../metrics/engines.js';
 import { classify, type RequestClass } from './classify.js';
 import { type AcquireRequest, Fleet, type Lease, type Replica } from './fleet.js';
 import { RoutingMemory } from './memory.js';
@@ -158,6 +159,7 @@ export class Router {
       };
       call.onRoute?.(route);
       const onChunk = call.onChunk;
+      const timer = new EngineCallTimer(replica.engine, replica.index);
       try {
         const completion = await replica.adapter.chat(replica, {
           body: {
@@ -166,9 +168,13 @@ export class Router {
             messages: call.messages,
           },
           signal: call.signal,
-          onFirstChunk: () => lease.prefillDone(),
+          onFirstChunk: () => {
+            timer.firstChunk();
+            lease.prefillDone();
+          },
           ...(onChunk ? { onChunk } : {}),
         });
+        timer.completed(completion.usage?.completion_tokens);
         this.#learn(lease, request, completion);
         const reported = cachedTokensOf(completion);
         return {
@@ -185,6 +191,7 @@ export class Router {
           lease.release('ok');
           throw call.signal.reason ?? error;
         }
+        timer.failed(failure.kind);
         lease.release(failure);
         tried.add(replica);
         // A prompt too long for this engine goes to the long-context pool rather than failing.

@@ -1,5 +1,6 @@
 import { KeyCache } from '../auth/cache.js';
 import type { Config } from '../config/schema.js';
+import { timeStoreOperation } from '../metrics/store.js';
 import type { SqlDriver, SqlExecutor } from './driver.js';
 import { migrate } from './migrations.js';
 import { PostgresDriver } from './postgres/driver.js';
@@ -11,6 +12,7 @@ import { JobRepository } from './repos/jobs.js';
 import { KeyRepository } from './repos/keys.js';
 import { OrgRepository } from './repos/orgs.js';
 import { ResponseEventRepository } from './repos/response-events.js';
+import { RetentionRepository } from './repos/retention.js';
 import { SettingsRepository } from './repos/settings.js';
 import { UsageRepository } from './repos/usage.js';
 import { WebhookRepository } from './repos/webhooks.js';
@@ -34,6 +36,7 @@ export class Repositories {
   readonly settings: SettingsRepository;
   readonly responseEvents: ResponseEventRepository;
   readonly admissions: AdmissionRepository;
+  readonly retention: RetentionRepository;
 
   constructor(db: SqlExecutor, dialect: SqlDriver['dialect'], onRevoke?: () => Promise<void>) {
     this.orgs = new OrgRepository(db, onRevoke);
@@ -47,6 +50,7 @@ export class Repositories {
     this.settings = new SettingsRepository(db);
     this.responseEvents = new ResponseEventRepository(db);
     this.admissions = new AdmissionRepository(db, dialect.scopeLock);
+    this.retention = new RetentionRepository(db);
   }
 }
 
@@ -73,9 +77,8 @@ export class Store extends Repositories {
 
   /** Runs `fn` with repositories bound to one transaction: all of it commits, or none. */
   transaction<T>(fn: (tx: Repositories) => Promise<T>, options?: { alone?: boolean }): Promise<T> {
-    return this.driver.transaction(
-      (tx) => fn(new Repositories(tx, this.driver.dialect, this.#onRevoke)),
-      options,
+    return timeStoreOperation('transaction', () =>
+      this.driver.transaction((tx) => fn(new Repositories(tx, this.driver.dialect, this.#onRevoke)), options),
     );
   }
 

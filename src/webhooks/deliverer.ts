@@ -1,6 +1,7 @@
 import type { Logger } from 'pino';
 import { type Agent, request } from 'undici';
 import { randomBase62 } from '../ids.js';
+import { countWebhookDelivery } from '../metrics/webhooks.js';
 import { createOutboundAgent } from '../net/http.js';
 import type { OutboundPolicy } from '../net/policy.js';
 import type { Store, WebhookDelivery } from '../store/index.js';
@@ -90,6 +91,7 @@ export class WebhookDeliverer {
     });
     let httpStatus: number | null = null;
     let error: string | null = null;
+    const started = performance.now();
     try {
       const response = await request(delivery.url, {
         method: 'POST',
@@ -110,8 +112,10 @@ export class WebhookDeliverer {
       error = caught instanceof Error ? caught.message : String(caught);
     }
     const now = Date.now();
+    const seconds = (performance.now() - started) / 1000;
     const ok = httpStatus !== null && httpStatus >= 200 && httpStatus < 300;
     if (ok || httpStatus === 410) {
+      countWebhookDelivery(ok ? 'delivered' : 'gone', seconds);
       await this.store.webhooks.recordAttempt(delivery.id, this.#owner, {
         status: ok ? 'delivered' : 'gone',
         httpStatus,
@@ -127,6 +131,7 @@ export class WebhookDeliverer {
     }
     const delay = this.settings.retryScheduleMs[delivery.attempts];
     const jitter = delay === undefined ? 0 : delay * this.settings.jitter * (Math.random() * 2 - 1);
+    countWebhookDelivery(delay === undefined ? 'failed' : 'retrying', seconds);
     await this.store.webhooks.recordAttempt(delivery.id, this.#owner, {
       status: delay === undefined ? 'failed' : 'pending',
       httpStatus,

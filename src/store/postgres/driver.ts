@@ -1,4 +1,5 @@
 import pg from 'pg';
+import { timeStoreOperation } from '../../metrics/store.js';
 import type { Channel, Dialect, SqlDriver, SqlExecutor } from '../driver.js';
 import { storeOpenError } from './open-error.js';
 
@@ -44,11 +45,14 @@ function executor(client: pg.Pool | pg.PoolClient): SqlExecutor {
       name ? { name, text, values: params as unknown[] } : { text, values: params as unknown[] },
     );
   };
+  // Each statement is timed with its round trip (and, on the pool, any wait for a free connection).
   return {
-    all: async <T>(sql: string, params: readonly unknown[] = []) => (await query(sql, params)).rows as T[],
+    all: async <T>(sql: string, params: readonly unknown[] = []) =>
+      (await timeStoreOperation('all', () => query(sql, params))).rows as T[],
     get: async <T>(sql: string, params: readonly unknown[] = []) =>
-      (await query(sql, params)).rows[0] as T | undefined,
-    run: async (sql: string, params: readonly unknown[] = []) => (await query(sql, params)).rowCount ?? 0,
+      (await timeStoreOperation('get', () => query(sql, params))).rows[0] as T | undefined,
+    run: async (sql: string, params: readonly unknown[] = []) =>
+      (await timeStoreOperation('run', () => query(sql, params))).rowCount ?? 0,
   };
 }
 

@@ -24,8 +24,8 @@ const guardValues = (guard: FinishGuard): unknown[] =>
  * outcome reports (the two parameters). The primary key makes a second row impossible.
  */
 const LEDGER_INSERT =
-  'INSERT INTO usage_ledger (job_id, org_id, kind, status, run_ms, input_units, output_units, created_at)';
-const LEDGER_VALUES = `id, org_id, kind, status,
+  'INSERT INTO usage_ledger (job_id, org_id, key_id, kind, status, run_ms, input_units, output_units, created_at)';
+const LEDGER_VALUES = `id, org_id, key_id, kind, status,
   CASE WHEN started_at IS NULL OR finished_at IS NULL THEN 0 ELSE finished_at - started_at END,
   CAST(? AS BIGINT), CAST(? AS BIGINT), finished_at`;
 const LEDGER_CONFLICT = 'ON CONFLICT (job_id) DO NOTHING';
@@ -262,6 +262,26 @@ export class JobRepository {
        SELECT id, 'lease-lost' AS why FROM jobs WHERE status = 'running' AND lease_expires_at < ? AND attempts >= max_attempts
        LIMIT ?`,
       [now, now, limit],
+    );
+  }
+
+  /**
+   * Queued and running jobs per kind, for /metrics: how many, the oldest one's creation time and
+   * their mean progress. Reads only the unfinished jobs, through the (status, id) index.
+   */
+  async unfinishedByKind(): Promise<
+    Array<{
+      kind: string;
+      status: 'queued' | 'running';
+      jobs: number;
+      oldest_created_at: number;
+      progress: number;
+    }>
+  > {
+    return this.db.all(
+      `SELECT kind, status, COUNT(*) AS jobs, MIN(created_at) AS oldest_created_at,
+         CAST(AVG(COALESCE(progress, 0)) AS DOUBLE PRECISION) AS progress
+       FROM jobs WHERE status IN ('queued', 'running') GROUP BY kind, status`,
     );
   }
 

@@ -1,0 +1,33 @@
+import type { FastifyInstance } from 'fastify';
+import type { AppDeps } from '../api/app.js';
+import { limitMetrics } from '../limits/metrics.js';
+import { routeMetrics } from '../router/metrics.js';
+import { collectProcessMetrics, registry } from './registry.js';
+import { scrapeGauges } from './scrape.js';
+import { storeLatencyMetrics } from './store.js';
+
+/**
+ * GET /metrics (any key): Prometheus text format. prom-client's registry (jobs, engines, HTTP,
+ * webhooks, process), the gauges read at scrape time (queue, runners), then the families written by
+ * hand (store latency, routing, replicas, limits). docs/metrics.md lists them all.
+ */
+export function metricsRoutes(app: FastifyInstance, deps: AppDeps): void {
+  collectProcessMetrics();
+  const scraped = scrapeGauges({
+    store: deps.store,
+    kinds: () => deps.jobs.kinds.names(),
+    runners: () => deps.runtime.runners.runners,
+  });
+  app.get('/metrics', async (_request, reply) => {
+    await scraped.refresh();
+    const families = [
+      await registry.metrics(),
+      await scraped.registry.metrics(),
+      storeLatencyMetrics(),
+      routeMetrics(),
+      deps.runtime.router().fleet.metrics(),
+      limitMetrics(deps.runtime.limiter),
+    ];
+    return reply.type(registry.contentType).send(`${families.map((text) => text.trimEnd()).join('\n')}\n`);
+  });
+}
