@@ -1,6 +1,7 @@
 import { Command } from 'commander';
 import { VERSION } from '../version.js';
 import { adminCommands } from './admin.js';
+import { backupCommands } from './backup.js';
 import { chatCommands } from './chat.js';
 import { report } from './common.js';
 import { ctxCommands } from './ctx.js';
@@ -21,6 +22,7 @@ export function buildProgram(): Command {
   devCommands(program);
   simCommands(program);
   adminCommands(program);
+  backupCommands(program);
   ctxCommands(program);
   chatCommands(program);
   jobsCommands(program);

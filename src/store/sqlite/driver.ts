@@ -2,6 +2,7 @@ import { EventEmitter } from 'node:events';
 import { chmodSync, closeSync, mkdirSync, openSync } from 'node:fs';
 import path from 'node:path';
 import Database from 'better-sqlite3';
+import { timeStoreQuery } from '../../metrics/store.js';
 import type { Channel, Dialect, SqlDriver, SqlExecutor } from '../driver.js';
 import { type Checkpointer, startCheckpointer } from './checkpointer.js';
 
@@ -79,11 +80,14 @@ export class SqliteDriver implements SqlDriver {
     return statement;
   }
 
+  /** Each statement is timed as it runs: waiting behind a transaction counts as the transaction's time. */
   readonly #direct: SqlExecutor = {
-    all: async <T>(sql: string, params: readonly unknown[] = []) => this.#prepare(sql).all(...params) as T[],
+    all: async <T>(sql: string, params: readonly unknown[] = []) =>
+      timeStoreQuery('all', () => this.#prepare(sql).all(...params) as T[]),
     get: async <T>(sql: string, params: readonly unknown[] = []) =>
-      this.#prepare(sql).get(...params) as T | undefined,
-    run: async (sql: string, params: readonly unknown[] = []) => this.#prepare(sql).run(...params).changes,
+      timeStoreQuery('get', () => this.#prepare(sql).get(...params) as T | undefined),
+    run: async (sql: string, params: readonly unknown[] = []) =>
+      timeStoreQuery('run', () => this.#prepare(sql).run(...params).changes),
   };
 
   /** Runs at once when no transaction is open, otherwise after it. */
@@ -189,5 +193,89 @@ export class SqliteDriver implements SqlDriver {
     await this.#queue;
     await this.#checkpointer?.stop();
     this.#db.close();
+  }
+}
+
+/** Pages per backup step: all of them, so that one step, in one read transaction, copies one snapshot. */
+const WHOLE_DATABASE = 0x7fffffff;
+
+/**
+ * Copies the store at `source` into `dest` (a new file, created owner-only) with SQLite's online
+ * backup, while gateways keep reading and writing it. The copy is taken in a single backup step:
+ * in WAL mode that step's read transaction sees one committed state and blocks no writer, whereas
+ * small steps restart from scratch whenever another process commits between them.
+ */
+export async function backupSqliteStore(source: string, dest: string): Promise<void> {
+  closeSync(openSync(dest, 'wx', 0o600));
+  // Read-write, not readonly: a read-only connection to a store nobody has open would leave an
+  // empty -wal and -shm behind it; this one, the last to close, removes them as `kiln serve` does.
+  const db = new Database(source, { fileMustExist: true });
+  try {
+    db.pragma('busy_timeout = 5000');
+    await db.backup(dest, { progress: () => WHOLE_DATABASE });
+  } finally {
+    db.close();
+  }
+}
+
+/** What a database file that should hold a Kiln store was found to hold. */
+export type StoreFileCheck =
+  | { ok: true; schemaVersion: number }
+  | { ok: false; problem: 'not-sqlite' | 'not-kiln' | 'damaged'; details: string[] };
+
+/**
+ * Checks a file no gateway has open (a backup being written or restored): an SQLite database that
+ * passes `integrity_check` and has Kiln's migrations table. A sound one is left a single file in
+ * rollback-journal mode, with nothing beside it, which `kiln serve` turns back to WAL on opening.
+ */
+export function checkStoreFile(file: string): StoreFileCheck {
+  const db = new Database(file, { fileMustExist: true });
+  try {
+    db.pragma('busy_timeout = 5000');
+    let found: string[];
+    try {
+      found = db.prepare('PRAGMA integrity_check').pluck().all() as string[];
+    } catch (error) {
+      const code = (error as { code?: string }).code;
+      if (code === 'SQLITE_NOTADB') return { ok: false, problem: 'not-sqlite', details: [] };
+      if (code === 'SQLITE_CORRUPT')
+        return { ok: false, problem: 'damaged', details: [(error as Error).message] };
+      throw error;
+    }
+    if (found.length !== 1 || found[0] !== 'ok') return { ok: false, problem: 'damaged', details: found };
+    const hasMigrations = db
+      .prepare("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'kiln_migrations'")
+      .get();
+    if (!hasMigrations) return { ok: false, problem: 'not-kiln', details: [] };
+    const version = db
+      .prepare('SELECT COALESCE(MAX(version), 0) FROM kiln_migrations')
+      .pluck()
+      .get() as number;
+    db.pragma('journal_mode = DELETE');
+    return { ok: true, schemaVersion: version };
+  } finally {
+    db.close();
+  }
+}
+
+/**
+ * Whether another connection — a gateway, a worker, `kiln migrate` — has the database open: in
+ * WAL mode each holds a shared lock on the file for as long as it is open, so an exclusive lock
+ * cannot be had at once.
+ */
+export function sqliteStoreInUse(file: string): boolean {
+  const db = new Database(file, { fileMustExist: true });
+  try {
+    db.pragma('busy_timeout = 0');
+    db.pragma('locking_mode = EXCLUSIVE');
+    db.exec('BEGIN EXCLUSIVE; COMMIT');
+    return false;
+  } catch (error) {
+    const code = (error as { code?: string }).code;
+    if (code === 'SQLITE_BUSY' || code === 'SQLITE_LOCKED') return true;
+    // Not a database at all (or a damaged one): no gateway can be serving it.
+    return false;
+  } finally {
+    db.close();
   }
 }
