@@ -13,6 +13,7 @@ import { Limiter } from './limits/admission.js';
 import { mediaKinds } from './media/kinds.js';
 import { createOutboundPolicy, type OutboundPolicy } from './net/policy.js';
 import { responseKind } from './responses/kind.js';
+import { Purger } from './retention/purge.js';
 import { Router, RoutingMemory } from './router/index.js';
 import { openStore, type Store } from './store/index.js';
 import { WebhookDeliverer } from './webhooks/deliverer.js';
@@ -34,12 +35,18 @@ export interface Runtime {
   /** The address clients reach this gateway at, once it listens (for signed file URLs). */
   setPublicUrl(url: string): void;
   /**
-   * Re-reads the configuration file and swaps in a router for its engines, personas and routing,
+   * Re-reads the configuration file and swaps in a router for its engines, personas and routing, and
+   * the ComfyUI runners (a removed one finishes the prompts it has),
    * without dropping requests in flight. Other keys need a restart. Throws ConfigError on a bad file.
    */
   reload(): Promise<void>;
   /** Starts workers, the sweeper and webhook delivery (when `jobs.workers` > 0). */
   startBackground(): Promise<void>;
+  /**
+   * The first half of a graceful stop: this process takes no more queued jobs, and the jobs it runs
+   * get until `deadline` (epoch ms) to finish. `close` then hands back whatever still runs.
+   */
+  drain(deadline: number): Promise<void>;
   /** Stops the loops (running jobs go back to the queue), then closes the store. */
   close(): Promise<void>;
 }
@@ -68,7 +75,8 @@ export async function createRuntime(
   let publicUrl = config.public_url || `http://${config.host}:${config.port}`;
   const files = await FileService.create(store, config, () => publicUrl);
   const templates = loadTemplates();
-  const runners = new RunnerPool(config.runners);
+  const runners = new RunnerPool(config.runners, logger.child({ component: 'runners' }));
+  runners.startHealthChecks();
   const kinds = new KindRegistry([
     chatKind({ router: () => router, store }) as JobKind<never, unknown>,
     responseKind({ router: () => router, store }) as JobKind<never, unknown>,
@@ -79,13 +87,18 @@ export async function createRuntime(
   const jobs = new JobService(
     store,
     kinds,
-    { retentionMs: parseDuration(config.jobs.retention), maxAttempts: config.jobs.max_attempts },
+    {
+      retentionMs: parseDuration(config.jobs.retention),
+      maxAttempts: config.jobs.max_attempts,
+      signUrl: (fileId) => files.signedUrl({ id: fileId }),
+    },
     limiter,
   );
   await jobs.start();
 
   const leaseMs = config.jobs.lease_seconds * 1000;
   const background: Array<{ stop(): unknown }> = [];
+  let worker: Worker | undefined;
   return {
     config,
     store,
@@ -106,15 +119,20 @@ export async function createRuntime(
       const old = router;
       router = fresh;
       limiter.configure(next.limits);
+      runners.reconfigure(next.runners);
       logger.info(
-        { engines: Object.keys(next.engines), personas: Object.keys(next.personas) },
+        {
+          engines: Object.keys(next.engines),
+          personas: Object.keys(next.personas),
+          runners: Object.keys(next.runners),
+        },
         'configuration reloaded: new requests use the new routing',
       );
       void old.retire();
     },
     async startBackground() {
       if (config.jobs.workers === 0) return;
-      const worker = new Worker(
+      worker = new Worker(
         jobs,
         { concurrency: config.jobs.workers, leaseMs, pollIntervalMs: config.jobs.poll_interval_ms },
         logger.child({ component: 'worker' }),
@@ -140,12 +158,26 @@ export async function createRuntime(
       sweeper.start();
       await sweeper.sweep();
       await deliverer.start();
-      background.push(worker, sweeper, deliverer);
+      const purger = new Purger(
+        store,
+        files,
+        {
+          intervalMs: parseDuration(config.jobs.purge_interval),
+          deliveriesKeptMs: parseDuration(config.webhooks.retention),
+        },
+        logger.child({ component: 'purge' }),
+      );
+      purger.start();
+      background.push(worker, sweeper, deliverer, purger);
+    },
+    async drain(deadline) {
+      await worker?.drain(deadline);
     },
     async close() {
       jobs.attachLocalWorker(undefined);
       for (const part of background.reverse()) await part.stop();
       await jobs.stop();
+      runners.stop();
       await router.retire(5000);
       await memory.stop();
       await store.close();

@@ -2,7 +2,7 @@ import type { FastifyInstance } from 'fastify';
 import { type Logger, pino } from 'pino';
 import { type AppDeps, buildApp } from './api/app.js';
 import { bootstrapStore } from './auth/bootstrap.js';
-import type { Config } from './config/schema.js';
+import { type Config, parseDuration } from './config/schema.js';
 import type { JobKind } from './jobs/kinds.js';
 import { createRuntime, type Runtime } from './runtime.js';
 import type { Store } from './store/index.js';
@@ -27,7 +27,11 @@ export interface RunningServer {
   runtime: Runtime;
   /** Where clients reach it: public_url, or the address it listens on. */
   url: string;
-  close(): Promise<void>;
+  /**
+   * Stops gracefully: no new connections or queued jobs; requests and jobs in flight get `graceMs`
+   * (default `shutdown_grace`) to finish; what still runs then goes back to the queue.
+   */
+  close(graceMs?: number): Promise<void>;
 }
 
 /** The bind failures a user can fix by choosing another address, and what each means. */
@@ -111,8 +115,15 @@ export async function startServer(
     store: runtime.store,
     runtime,
     url,
-    async close() {
+    async close(graceMs = parseDuration(config.shutdown_grace)) {
+      // Stop accepting; requests in flight get the grace to finish (the worker still runs the jobs
+      // they wait for), then their connections are cut. Then no more queued jobs are taken, running
+      // ones get what is left of the grace, and those still running go back to the queue at once.
+      const deadline = Date.now() + graceMs;
+      const cut = setTimeout(() => listening.server.closeAllConnections(), graceMs);
       await listening.close();
+      clearTimeout(cut);
+      await runtime.drain(deadline);
       await runtime.close();
     },
   };

@@ -1,7 +1,7 @@
 import { type Command, InvalidArgumentError } from 'commander';
 import type { Logger } from 'pino';
 import { loadConfig } from '../config/load.js';
-import type { Config } from '../config/schema.js';
+import { type Config, parseDuration } from '../config/schema.js';
 import type { RunningServer } from '../server.js';
 import { serverConfig, UsageError } from './common.js';
 
@@ -52,7 +52,10 @@ export async function startGateway(
   }
 }
 
-/** On SIGINT or SIGTERM: finish cleanly (running jobs go back to the queue), then exit. */
+/**
+ * On SIGINT or SIGTERM: stop gracefully (requests and jobs in flight get `shutdown_grace` to
+ * finish; jobs still running then go back to the queue, for another process at once), then exit 0.
+ */
 function onStop(logger: Logger, close: () => Promise<void>): void {
   let stopping = false;
   const stop = async (signal: string) => {
@@ -98,7 +101,10 @@ export function serveCommands(program: Command): void {
       const runtime = await createRuntime(config, logger);
       await runtime.startBackground();
       logger.info({ workers: config.jobs.workers, store: runtime.store.dialect }, 'kiln worker is running');
-      onStop(logger, () => runtime.close());
+      onStop(logger, async () => {
+        await runtime.drain(Date.now() + parseDuration(config.shutdown_grace));
+        await runtime.close();
+      });
     });
 
   program

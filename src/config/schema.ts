@@ -25,6 +25,10 @@ export const ConfigSchema = Type.Object(
       allowed: 'an absolute http:// or https:// URL',
       description: 'absolute base URL clients reach the gateway at; default http://<host>:<port>',
     }),
+    shutdown_grace: Duration(
+      '30s',
+      'on SIGTERM, how long requests in flight and running jobs get to finish before jobs are handed back',
+    ),
     data_dir: Type.String({
       default: './data',
       minLength: 1,
@@ -91,7 +95,11 @@ export const ConfigSchema = Type.Object(
           maximum: 10,
           description: 'runs per job before worker-lost',
         }),
-        retention: Duration('7d', 'how long terminal jobs and results are kept (then 410)'),
+        retention: Duration(
+          '7d',
+          'how long terminal jobs, their results and files are kept (then 410, and 404 once purged)',
+        ),
+        purge_interval: Duration('30s', 'how often the purge deletes what is past its retention'),
         sync_timeout: Duration('5m', 'longest `Prefer: wait=N` an async submission is answered after'),
       },
       { default: {}, additionalProperties: false },
@@ -105,6 +113,7 @@ export const ConfigSchema = Type.Object(
           description: 'delays between attempts; after the last, the delivery is failed',
         }),
         timeout: Duration('10s', 'an attempt with no answer by then counts as failed'),
+        retention: Duration('7d', 'how long delivered and abandoned deliveries are kept'),
         jitter: Type.Number({
           default: 0.2,
           minimum: 0,

@@ -161,9 +161,15 @@ export class FileService {
 
   /** Deletes every file a job produced; answers how many. */
   async deleteForJob(orgId: string, jobId: string): Promise<number> {
-    const rows = await this.store.files.byJob(orgId, jobId);
-    for (const row of rows) await this.delete(orgId, row.id);
-    return rows.length;
+    let deleted = 0;
+    for (const row of await this.store.files.byJob(orgId, jobId)) {
+      // Whoever deletes the row removes the bytes: a file deleted meanwhile is simply not counted.
+      const gone = await this.store.files.delete(orgId, row.id);
+      if (!gone) continue;
+      await this.storage.delete(gone.storage_key);
+      deleted++;
+    }
+    return deleted;
   }
 
   /** The stored bytes, or `range` of them. */

@@ -14,7 +14,11 @@ const seconds = (ms: number | null) => (ms === null ? null : Math.floor(ms / 100
 const parse = (text: string | null): unknown => (text === null ? undefined : JSON.parse(text));
 
 /** The poll body: the same bytes for every poll of a terminal job, and what its webhook carries. */
-export function pollBody(job: JobRow, kinds: KindRegistry): Record<string, unknown> {
+export function pollBody(
+  job: JobRow,
+  kinds: KindRegistry,
+  signUrl?: (fileId: string) => string,
+): Record<string, unknown> {
   const body: Record<string, unknown> = {
     id: `${kinds.prefixOf(job)}${job.id}`,
     object: 'job',
@@ -25,7 +29,7 @@ export function pollBody(job: JobRow, kinds: KindRegistry): Record<string, unkno
     finished_at: seconds(job.finished_at),
   };
   if (job.progress !== null) body.progress = job.progress;
-  if (job.result !== null) body.result = parse(job.result);
+  if (job.result !== null) body.result = signUrl ? resigned(parse(job.result), signUrl) : parse(job.result);
   if (job.error_code !== null) {
     body.code = job.error_code;
     body.message = job.error_message;
@@ -33,6 +37,20 @@ export function pollBody(job: JobRow, kinds: KindRegistry): Record<string, unkno
     Object.assign(body, parse(job.error_details) ?? {});
   }
   return body;
+}
+
+/**
+ * `result` with a fresh signature on every produced file's `url` (a video's, each image's): the URL
+ * stored when the job finished expires after `files.url_ttl`, while the job stays pollable longer.
+ */
+function resigned(result: unknown, signUrl: (fileId: string) => string): unknown {
+  const fresh = (item: unknown) => {
+    if (!item || typeof item !== 'object') return item;
+    const { file_id: fileId, url } = item as { file_id?: unknown; url?: unknown };
+    return typeof fileId === 'string' && typeof url === 'string' ? { ...item, url: signUrl(fileId) } : item;
+  };
+  const top = fresh(result) as { data?: unknown };
+  return Array.isArray(top?.data) ? { ...top, data: top.data.map(fresh) } : top;
 }
 
 /** The 202 answer to an async submission. */

@@ -33,6 +33,8 @@ export class Worker {
   readonly owner = `${hostname()}:${process.pid}:${randomBase62(6)}`;
   readonly #running = new Map<string, Running>();
   #stopping = false;
+  /** Set by drain: no more claims from the queue. */
+  #draining = false;
   /** False once a claim found nothing, until a notification or the slow poll says otherwise. */
   #queueMayHaveWork = true;
   /** Slots promised to jobs being inserted for this worker. */
@@ -95,6 +97,19 @@ export class Worker {
     this.#loop = this.#claimLoop();
   }
 
+  /**
+   * Takes no more queued jobs (another process will), then waits until the jobs running here have
+   * finished or `deadline` (epoch ms) has passed. Jobs of requests still answered here may start.
+   */
+  async drain(deadline: number): Promise<void> {
+    this.#draining = true;
+    this.#wake();
+    while (this.#running.size > 0 && Date.now() < deadline) {
+      const timer = new Promise<void>((resolve) => setTimeout(resolve, Math.max(1, deadline - Date.now())));
+      await Promise.race([Promise.all([...this.#running.values()].map((r) => r.done)), timer]);
+    }
+  }
+
   /** Stops claiming, aborts running handlers and hands their jobs back to the queue at once. */
   async stop(): Promise<void> {
     this.#stopping = true;
@@ -121,6 +136,7 @@ export class Worker {
         while (
           this.#queueMayHaveWork &&
           !this.#stopping &&
+          !this.#draining &&
           this.#running.size + this.#reserved < this.options.concurrency
         ) {
           const now = Date.now();

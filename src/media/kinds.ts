@@ -1,5 +1,5 @@
 import { type InputImage, ModelMissingError, runWorkflow } from '../engines/comfyui/adapter.js';
-import type { RunnerPool } from '../engines/comfyui/runners.js';
+import { type RunnerPool, RunnersDown } from '../engines/comfyui/runners.js';
 import { fill, framesFor, type WorkflowTemplate } from '../engines/comfyui/workflows.js';
 import { EngineError } from '../engines/types.js';
 import { JobFailure, type JobKind, type RunContext } from '../jobs/kinds.js';
@@ -84,7 +84,9 @@ async function run(
   if (deps.runners.runners.length === 0) {
     throw new JobFailure('engine-unavailable', 'no ComfyUI runner is configured (runners in kiln.yaml)');
   }
-  const lease = await deps.runners.acquire(job.request.model, signal);
+  const lease = await deps.runners.acquire(job.request.model, signal).catch((error) => {
+    throw error instanceof RunnersDown ? new JobFailure('engine-unavailable', error.message) : error;
+  });
   try {
     return await runWorkflow(lease.runner, {
       fill: (uploaded) => fill(graph, { ...params, ...uploaded }),
@@ -215,7 +217,7 @@ export function mediaKinds(deps: MediaDeps): JobKind<never, unknown>[] {
             data: output.data,
             contentType: output.contentType,
           });
-          data.push({ url: deps.files.signedUrl(file) });
+          data.push({ url: deps.files.signedUrl(file), file_id: file.id });
         }
       }
       return {

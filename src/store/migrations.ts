@@ -200,6 +200,34 @@ export const migrations: ReadonlyArray<{ version: number; name: string; sql: (d:
       );
     `,
   },
+  {
+    version: 8,
+    name: 'retention: the usage ledger keeps its own key and no longer points at jobs',
+    // Jobs past retention are deleted (src/retention/); their usage stays. The ledger is rebuilt
+    // without its foreign key to jobs (SQLite cannot drop one), with the key id copied from the job.
+    sql: () => `
+      CREATE TABLE usage_ledger_v8 (
+        job_id TEXT PRIMARY KEY,
+        org_id TEXT NOT NULL REFERENCES orgs(id),
+        key_id TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        status TEXT NOT NULL,
+        run_ms BIGINT NOT NULL,
+        input_units BIGINT NOT NULL,
+        output_units BIGINT NOT NULL,
+        created_at BIGINT NOT NULL
+      );
+      INSERT INTO usage_ledger_v8
+        SELECT u.job_id, u.org_id, j.key_id, u.kind, u.status, u.run_ms, u.input_units, u.output_units, u.created_at
+        FROM usage_ledger u JOIN jobs j ON j.id = u.job_id;
+      DROP TABLE usage_ledger;
+      ALTER TABLE usage_ledger_v8 RENAME TO usage_ledger;
+      CREATE INDEX usage_org ON usage_ledger (org_id, created_at);
+      CREATE INDEX jobs_expiry ON jobs (expires_at) WHERE expires_at IS NOT NULL;
+      CREATE INDEX idempotency_created ON idempotency_keys (created_at);
+      CREATE INDEX webhook_created ON webhook_deliveries (created_at);
+    `,
+  },
 ];
 
 /** Applies every migration newer than the database, each in its own transaction. Answers how many ran. */

@@ -42,12 +42,11 @@ export class UsageRepository {
   /** Sums per UTC day, kind and key for the organisation, over [since, until); oldest day first. */
   async daily(orgId: string, since: number, until: number): Promise<DailyUsage[]> {
     const rows = await this.db.all<Record<keyof DailyUsage, string | number>>(
-      `SELECT u.created_at / ${DAY_MS} AS day, u.kind AS kind, j.key_id AS key_id, COUNT(*) AS jobs,
-         SUM(CASE WHEN u.status = 'completed' THEN 1 ELSE 0 END) AS completed,
+      `SELECT created_at / ${DAY_MS} AS day, kind, key_id, COUNT(*) AS jobs,
+         SUM(CASE WHEN status = 'completed' THEN 1 ELSE 0 END) AS completed,
          SUM(run_ms) AS run_ms, SUM(input_units) AS input_units, SUM(output_units) AS output_units
-       FROM usage_ledger u JOIN jobs j ON j.id = u.job_id
-       WHERE u.org_id = ? AND u.created_at >= ? AND u.created_at < ?
-       GROUP BY u.created_at / ${DAY_MS}, u.kind, j.key_id ORDER BY day, kind, key_id`,
+       FROM usage_ledger WHERE org_id = ? AND created_at >= ? AND created_at < ?
+       GROUP BY created_at / ${DAY_MS}, kind, key_id ORDER BY day, kind, key_id`,
       [orgId, since, until],
     );
     return rows.map((r) => ({

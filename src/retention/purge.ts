@@ -1,0 +1,86 @@
+import type { Logger } from 'pino';
+import type { FileService } from '../files/service.js';
+import type { Store } from '../store/index.js';
+
+/** Rows one step of the purge deletes at most: short transactions, whatever the backlog. */
+const BATCH = 200;
+/** Idempotency keys answer replays for a day (DESIGN.md); after that they are only weight. */
+export const IDEMPOTENCY_KEPT_MS = 86_400_000;
+
+export interface PurgeSettings {
+  intervalMs: number;
+  /** Delivered and abandoned webhook deliveries are kept this long. */
+  deliveriesKeptMs: number;
+}
+
+export interface Purged {
+  jobs: number;
+  files: number;
+  idempotencyKeys: number;
+  deliveries: number;
+}
+
+/**
+ * Keeps the store and the files directory in check: jobs past `jobs.retention` go with their
+ * produced files, request, result, events and idempotency record (their usage-ledger rows stay);
+ * idempotency records after a day; finished webhook deliveries after `webhooks.retention`.
+ * Every process with workers runs one; two purging at once delete each row once.
+ */
+export class Purger {
+  #timer: NodeJS.Timeout | undefined;
+  #running: Promise<unknown> | undefined;
+
+  constructor(
+    private readonly store: Store,
+    private readonly files: FileService,
+    private readonly settings: PurgeSettings,
+    private readonly log: Logger,
+  ) {}
+
+  start(): void {
+    this.#timer = setInterval(() => {
+      if (this.#running) return;
+      this.#running = this.purge()
+        .catch((error) => this.log.error({ err: error }, 'purging failed; will retry'))
+        .finally(() => {
+          this.#running = undefined;
+        });
+    }, this.settings.intervalMs);
+    this.#timer.unref();
+  }
+
+  async stop(): Promise<void> {
+    clearInterval(this.#timer);
+    await this.#running;
+  }
+
+  /** One full pass: batches until nothing is left that is past its retention. */
+  async purge(now = Date.now()): Promise<Purged> {
+    const purged: Purged = { jobs: 0, files: 0, idempotencyKeys: 0, deliveries: 0 };
+    for (;;) {
+      const jobs = await this.store.retention.expired(now, BATCH);
+      // Files first: should the process stop between the two, the next pass finds the job again.
+      for (const job of jobs) purged.files += await this.files.deleteForJob(job.org_id, job.id);
+      const deleted = await this.store.transaction((tx) =>
+        tx.retention.deleteJobs(jobs.map((job) => job.id)),
+      );
+      purged.jobs += deleted;
+      if (jobs.length < BATCH || deleted === 0) break;
+    }
+    const prune = async (step: () => Promise<number>) => {
+      let total = 0;
+      for (let n = BATCH; n === BATCH; total += n) n = await step();
+      return total;
+    };
+    purged.idempotencyKeys = await prune(() =>
+      this.store.retention.pruneIdempotency(now - IDEMPOTENCY_KEPT_MS, BATCH),
+    );
+    purged.deliveries = await prune(() =>
+      this.store.retention.pruneDeliveries(now - this.settings.deliveriesKeptMs, BATCH),
+    );
+    if (purged.jobs + purged.files + purged.idempotencyKeys + purged.deliveries > 0) {
+      this.log.info(purged, 'purged what was past its retention');
+    }
+    return purged;
+  }
+}

@@ -1,0 +1,192 @@
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { Purger } from '../../src/retention/purge.js';
+import { type ComfySim, startComfySim } from '../../src/sim/comfyui/server.js';
+import { waitUntil } from '../helpers/process.js';
+import { startTestServer, type TestServer } from '../helpers/server.js';
+import { caseTitle, storeCases } from '../helpers/stores.js';
+
+const silent = { info() {}, error() {} } as never;
+
+/**
+ * Retention on both stores: a job past `jobs.retention` is purged with its produced file within
+ * a purge interval, while its usage stays; DELETE does the same at once; idempotency records and
+ * finished webhook deliveries go after theirs; a poll always carries a freshly signed URL.
+ */
+for (const storeCase of storeCases) {
+  describe.skipIf(storeCase.skip)(`retention and purge: ${caseTitle(storeCase)}`, () => {
+    let kiln: TestServer;
+    let comfy: ComfySim;
+    let configDir: string;
+    let member: string;
+    let hook: Server;
+    let hookUrl: string;
+    let hookAnswers = 204;
+
+    const image = async (
+      key: string,
+      extra: Record<string, unknown> = {},
+      headers: Record<string, string> = {},
+    ) => {
+      const submitted = await kiln.call('POST', '/v1/images/generations', {
+        key,
+        headers,
+        body: { model: 'sdxl', prompt: 'a kiln at dusk', mode: 'async', ...extra },
+      });
+      expect(submitted.status).toBe(202);
+      return submitted.body.id as string;
+    };
+    const completed = (key: string, id: string) =>
+      waitUntil(
+        async () => {
+          const poll = await kiln.call('GET', `/v1/jobs/${id}`, { key });
+          return poll.body.status === 'completed' ? poll.body : undefined;
+        },
+        { timeoutMs: 15_000, describe: () => `job ${id} to complete` },
+      );
+    const fileOnDisk = async (id: string) => {
+      const [file] = await kiln.server.store.files.byJob(
+        (await kiln.server.store.jobs.byId(id.replace(/^[a-z]+-/, '')))?.org_id ?? '',
+        id.replace(/^[a-z]+-/, ''),
+      );
+      expect(file).toBeDefined();
+      return path.join(kiln.dataDir, 'files', file?.storage_key ?? '');
+    };
+
+    beforeAll(async () => {
+      comfy = await startComfySim({ models: ['sdxl'], stepMs: 1, steps: 2 });
+      hook = createServer((request, response) => {
+        request.resume().on('end', () => response.writeHead(hookAnswers).end());
+      });
+      await new Promise<void>((resolve) => hook.listen(0, '127.0.0.1', resolve));
+      hookUrl = `http://127.0.0.1:${(hook.address() as AddressInfo).port}/hook`;
+      configDir = mkdtempSync(path.join(tmpdir(), 'kiln-retention-'));
+      const configFile = path.join(configDir, 'kiln.yaml');
+      writeFileSync(configFile, JSON.stringify({ runners: { gpu: { url: comfy.url, models: ['sdxl'] } } }));
+      kiln = await startTestServer(
+        storeCase,
+        {
+          'jobs.retention': '3s',
+          'jobs.purge_interval': '500ms',
+          'jobs.poll_interval_ms': 50,
+          'files.url_ttl': '10s',
+          'webhooks.retry_schedule': ['1s'],
+          'webhooks.jitter': 0,
+          'security.allow_hosts': ['127.0.0.1'],
+        },
+        { configFile },
+      );
+      member = await kiln.key('retention');
+    }, 30_000);
+    afterAll(async () => {
+      await kiln?.close();
+      await comfy?.close();
+      hook?.closeAllConnections();
+      await new Promise((resolve) => hook?.close(resolve));
+      rmSync(configDir, { recursive: true, force: true });
+    });
+
+    it('a job past retention answers 410, then 404 once purged; its file is gone from disk and its URL 404s; its usage stays', async () => {
+      const id = await image(member);
+      const done = await completed(member, id);
+      const url = done.result.data[0].url as string;
+      const onDisk = await fileOnDisk(id);
+      expect(existsSync(onDisk)).toBe(true);
+      expect((await fetch(url)).status).toBe(200);
+      const usageBefore = await kiln.call('GET', '/api/v1/usage', { key: member });
+
+      const purged = await waitUntil(
+        async () =>
+          (await kiln.call('GET', `/v1/jobs/${id}`, { key: member })).status === 404 ? true : undefined,
+        { timeoutMs: 40_000, intervalMs: 250, describe: () => `job ${id} to be purged` },
+      );
+      expect(purged).toBe(true);
+      expect(existsSync(onDisk)).toBe(false);
+      expect((await fetch(url)).status).toBe(404);
+      expect(await kiln.server.store.files.byJob('', id)).toEqual([]);
+      const usageAfter = await kiln.call('GET', '/api/v1/usage', { key: member });
+      expect(usageAfter.body.data).toEqual(usageBefore.body.data);
+      const daily = await kiln.call('GET', '/api/v1/usage/daily?days=1', { key: member });
+      expect(daily.body.data).toEqual([expect.objectContaining({ kind: 'image.generation', jobs: 1 })]);
+    }, 60_000);
+
+    it('a poll carries a freshly signed URL, not the one stored when the job finished', async () => {
+      const id = await image(member);
+      const done = await completed(member, id);
+      const expiresOf = (url: string) => Number(new URL(url).searchParams.get('expires'));
+      const first = done.result.data[0].url as string;
+      await new Promise((resolve) => setTimeout(resolve, 1100));
+      const again = await kiln.call('GET', `/v1/jobs/${id}`, { key: member });
+      const fresh = again.body.result.data[0].url as string;
+      expect(expiresOf(fresh)).toBeGreaterThan(expiresOf(first));
+      expect((await fetch(fresh)).status).toBe(200);
+    });
+
+    it('DELETE of a file and of a terminal job work at once; another organisation gets 404', async () => {
+      const stranger = await kiln.key('stranger');
+      const id = await image(member);
+      const done = await completed(member, id);
+      const fileId = done.result.data[0].file_id as string;
+      const onDisk = await fileOnDisk(id);
+      expect((await kiln.call('DELETE', `/v1/files/${fileId}`, { key: stranger })).status).toBe(404);
+      expect((await kiln.call('DELETE', `/v1/jobs/${id}`, { key: stranger })).status).toBe(404);
+      expect((await kiln.call('DELETE', `/v1/files/${fileId}`, { key: member })).status).toBe(200);
+      expect(existsSync(onDisk)).toBe(false);
+      expect((await kiln.call('DELETE', `/v1/jobs/${id}`, { key: member })).status).toBe(200);
+      expect((await kiln.call('GET', `/v1/jobs/${id}`, { key: member })).status).toBe(410);
+    });
+
+    it('a job waits for its pending webhook; idempotency records after a day and finished deliveries after their retention go', async () => {
+      const { store, runtime } = kiln.server;
+      hookAnswers = 503;
+      const id = await image(member, { webhook: { url: hookUrl } }, { 'Idempotency-Key': 'purge-me' });
+      await completed(member, id);
+      const jobId = id.replace(/^[a-z]+-/, '');
+      const purger = new Purger(store, runtime.files, { intervalMs: 1000, deliveriesKeptMs: 60_000 }, silent);
+      // Past its retention, but its delivery is still being retried: it stays.
+      const later = Date.now() + 10_000;
+      await purger.purge(later);
+      expect(await store.jobs.byId(jobId)).toBeDefined();
+      expect((await store.webhooks.forJob(jobId))?.status).toBe('pending');
+      // The delivery ends (the schedule's one retry fails): then the job and its delivery go.
+      await waitUntil(
+        async () => ((await store.webhooks.forJob(jobId))?.status === 'failed' ? true : undefined),
+        {
+          timeoutMs: 10_000,
+        },
+      );
+      const purged = await purger.purge(Date.now() + 10_000);
+      expect(purged.jobs).toBeGreaterThanOrEqual(1);
+      expect(await store.jobs.byId(jobId)).toBeUndefined();
+      expect(await store.webhooks.forJob(jobId)).toBeUndefined();
+      expect(
+        await store.idempotency.find((await store.orgs.byName('retention'))?.id ?? '', 'purge-me', 0),
+      ).toBeUndefined();
+      hookAnswers = 204;
+
+      // A kept job's idempotency record goes after a day, its delivered webhook after its retention.
+      const kept = await image(member, { webhook: { url: hookUrl } }, { 'Idempotency-Key': 'keep-job' });
+      await completed(member, kept);
+      const keptId = kept.replace(/^[a-z]+-/, '');
+      await waitUntil(
+        async () => ((await store.webhooks.forJob(keptId))?.status === 'delivered' ? true : undefined),
+        {
+          timeoutMs: 10_000,
+        },
+      );
+      const orgId = (await store.orgs.byName('retention'))?.id ?? '';
+      const dayAgo = Date.now() - 86_400_000;
+      expect(await store.retention.pruneIdempotency(dayAgo, 200)).toBe(0);
+      expect(await store.idempotency.find(orgId, 'keep-job', 0)).toBeDefined();
+      expect(await store.retention.pruneIdempotency(Date.now() + 1, 200)).toBeGreaterThanOrEqual(1);
+      expect(await store.idempotency.find(orgId, 'keep-job', 0)).toBeUndefined();
+      expect(await store.retention.pruneDeliveries(Date.now() + 1, 200)).toBeGreaterThanOrEqual(1);
+      expect(await store.webhooks.forJob(keptId)).toBeUndefined();
+      expect(await store.jobs.byId(keptId)).toBeDefined();
+    }, 30_000);
+  });
+}
