@@ -28,6 +28,20 @@ export function PlaygroundView() {
   );
 }
 
+/** A picker of models, saying which are not ready. */
+function ModelSelect(props: { id: string; models: Model[]; value: string; onChange: (id: string) => void }) {
+  return (
+    <select id={props.id} value={props.value} onChange={(e) => props.onChange(e.currentTarget.value)}>
+      {props.models.map((m) => (
+        <option key={m.id} value={m.id}>
+          {m.id}
+          {m.ready === false ? ' (not ready)' : ''}
+        </option>
+      ))}
+    </select>
+  );
+}
+
 function Chat({ models }: { models: Model[] }) {
   const [model, setModel] = useState('');
   const [prompt, setPrompt] = useState('');
@@ -54,14 +68,7 @@ function Chat({ models }: { models: Model[] }) {
     <form class="card" onSubmit={send} aria-labelledby="chat-title">
       <h2 id="chat-title">Chat</h2>
       <label for="chat-model">Persona or model</label>
-      <select id="chat-model" value={chosen} onChange={(e) => setModel(e.currentTarget.value)}>
-        {models.map((m) => (
-          <option key={m.id} value={m.id}>
-            {m.id}
-            {m.ready === false ? ' (not ready)' : ''}
-          </option>
-        ))}
-      </select>
+      <ModelSelect id="chat-model" models={models} value={chosen} onChange={setModel} />
       <label for="chat-prompt">Message</label>
       <textarea
         id="chat-prompt"
@@ -132,14 +139,7 @@ function Transition({ models }: { models: Model[] }) {
       <label for="end-image">End image (optional)</label>
       <input id="end-image" ref={end} type="file" accept="image/png,image/jpeg,image/webp" />
       <label for="video-model">Model</label>
-      <select id="video-model" value={chosen} onChange={(e) => setModel(e.currentTarget.value)}>
-        {models.map((m) => (
-          <option key={m.id} value={m.id}>
-            {m.id}
-            {m.ready === false ? ' (not ready)' : ''}
-          </option>
-        ))}
-      </select>
+      <ModelSelect id="video-model" models={models} value={chosen} onChange={setModel} />
       <label for="video-size">Size</label>
       <select id="video-size" value={size} onChange={(e) => setSize(e.currentTarget.value)}>
         {VIDEO_SIZES.map((s) => (
