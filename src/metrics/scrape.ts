@@ -6,7 +6,12 @@ export interface ScrapeSources {
   /** The job kinds this process runs: each gets its series, 0 when it has no jobs. */
   kinds(): string[];
   /** The ComfyUI runners as they stand, read at each scrape. */
-  runners(): ReadonlyArray<{ name: string; inFlight: number; config: { max_concurrency: number } }>;
+  runners(): ReadonlyArray<{
+    name: string;
+    inFlight: number;
+    healthy: boolean;
+    config: { max_concurrency: number };
+  }>;
 }
 
 /**
@@ -40,6 +45,11 @@ export function scrapeGauges(sources: ScrapeSources): { refresh(): Promise<void>
     'Workflows this process may run at once on each ComfyUI runner (its max_concurrency).',
     ['runner'],
   );
+  const available = gauge(
+    'kiln_runner_available',
+    '1 when the ComfyUI runner answered its last health check (GET /system_stats), else 0.',
+    ['runner'],
+  );
 
   return {
     registry,
@@ -47,7 +57,7 @@ export function scrapeGauges(sources: ScrapeSources): { refresh(): Promise<void>
       const rows = await sources.store.jobs.unfinishedByKind();
       const now = Date.now();
       // Set afresh each time: a kind or runner gone (a reload) takes its series with it.
-      for (const g of [queued, running, oldest, progress, inFlight, capacity]) g.reset();
+      for (const g of [queued, running, oldest, progress, inFlight, capacity, available]) g.reset();
       for (const kind of sources.kinds()) {
         for (const g of [queued, running, oldest, progress]) g.set({ kind }, 0);
       }
@@ -63,6 +73,7 @@ export function scrapeGauges(sources: ScrapeSources): { refresh(): Promise<void>
       for (const runner of sources.runners()) {
         inFlight.set({ runner: runner.name }, runner.inFlight);
         capacity.set({ runner: runner.name }, runner.config.max_concurrency);
+        available.set({ runner: runner.name }, runner.healthy ? 1 : 0);
       }
     },
   };
