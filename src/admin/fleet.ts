@@ -39,6 +39,7 @@ export function fleetRoutes(app: FastifyInstance, deps: AppDeps): void {
     const runners = deps.runtime.runners.runners.map((runner) => ({
       name: runner.name,
       models: runner.config.models,
+      available: runner.healthy,
       in_flight: runner.inFlight,
       max_concurrency: runner.config.max_concurrency,
     }));

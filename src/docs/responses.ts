@@ -291,6 +291,7 @@ export const Fleet = json(
       Type.Object({
         name: Type.String(),
         models: Type.Array(Type.String()),
+        available: Type.Boolean({ description: 'it answered its last health check (GET /system_stats)' }),
         in_flight: Type.Integer({ minimum: 0 }),
         max_concurrency: Type.Integer(),
       }),

@@ -70,6 +70,8 @@ describe('runner health and reload', () => {
       describe: () => 'sdxl to be not ready',
     });
     expect(Date.now() - downAt).toBeLessThan(10_000);
+    const fleet = await kiln.call('GET', '/admin/v1/fleet', { key });
+    expect(fleet.body.runners).toEqual([expect.objectContaining({ name: 'first', available: false })]);
 
     const started = Date.now();
     const failed = await image('sdxl');

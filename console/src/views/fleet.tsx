@@ -20,7 +20,13 @@ interface Fleet {
       cached_tokens: number;
     }>;
   }>;
-  runners: Array<{ name: string; models: string[]; in_flight: number; max_concurrency: number }>;
+  runners: Array<{
+    name: string;
+    models: string[];
+    available: boolean;
+    in_flight: number;
+    max_concurrency: number;
+  }>;
 }
 
 const percent = (part: number, whole: number) => (whole > 0 ? `${((part / whole) * 100).toFixed(1)}%` : '—');
@@ -85,6 +91,7 @@ export function FleetView() {
             <tr>
               <th scope="col">Runner</th>
               <th scope="col">Models</th>
+              <th scope="col">Health</th>
               <th scope="col">In flight</th>
             </tr>
           </thead>
@@ -93,6 +100,11 @@ export function FleetView() {
               <tr key={r.name}>
                 <td>{r.name}</td>
                 <td>{r.models.join(', ')}</td>
+                <td>
+                  <span class={`status ${r.available ? 'completed' : 'failed'}`}>
+                    {r.available ? 'up' : 'down'}
+                  </span>
+                </td>
                 <td>
                   {r.in_flight} / {r.max_concurrency}
                 </td>
