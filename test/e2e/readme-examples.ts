@@ -132,7 +132,8 @@ export function readmeShell(cwd: string, baseUrl: () => string, env: () => Recor
       // --norc: Node's pipes are sockets, which bash would otherwise take for sshd and read ~/.bashrc.
       const child = spawn('bash', ['--norc', '-c', script], {
         cwd,
-        env: { PATH: process.env.PATH ?? '', ...env() },
+        // A HOME, as every reader has: xsel (clipboardy's, under X) crashes without one.
+        env: { PATH: process.env.PATH ?? '', HOME: cwd, ...env() },
         stdio: ['ignore', 'pipe', 'pipe'],
       });
       let stdout = '';
