@@ -16,6 +16,7 @@ import { responseKind } from './responses/kind.js';
 import { Purger } from './retention/purge.js';
 import { Router, RoutingMemory } from './router/index.js';
 import { openStore, type Store } from './store/index.js';
+import { startTelemetry } from './telemetry/index.js';
 import { WebhookDeliverer } from './webhooks/deliverer.js';
 
 /** Everything a Kiln process runs besides HTTP: the store, the router, the job service and its loops. */
@@ -47,7 +48,7 @@ export interface Runtime {
    * get until `deadline` (epoch ms) to finish. `close` then hands back whatever still runs.
    */
   drain(deadline: number): Promise<void>;
-  /** Stops the loops (running jobs go back to the queue), then closes the store. */
+  /** Stops the loops (running jobs go back to the queue), closes the store, then flushes traces. */
   close(): Promise<void>;
 }
 
@@ -65,6 +66,8 @@ export async function createRuntime(
     await store.close().catch(() => undefined);
     throw error;
   }
+  // Before anything that makes spans: the workers, webhook delivery and (later) the HTTP server.
+  const telemetry = await startTelemetry(config.telemetry, logger.child({ component: 'telemetry' }));
   // What routing learns outlives reloads, and travels between gateways that share a PostgreSQL store.
   const memory = new RoutingMemory(store.driver, logger.child({ component: 'router' }));
   await memory.start();
@@ -181,6 +184,7 @@ export async function createRuntime(
       await router.retire(5000);
       await memory.stop();
       await store.close();
+      await telemetry.shutdown();
     },
   };
 }

@@ -15,6 +15,7 @@ import type { OutboundPolicy } from '../net/policy.js';
 import { responseRoutes } from '../responses/routes.js';
 import type { Runtime } from '../runtime.js';
 import type { Store } from '../store/index.js';
+import { traceRequests } from '../telemetry/index.js';
 import { requireApiKey } from './auth.js';
 import { chatRoutes } from './chat.js';
 import { contextRoutes } from './contexts.js';
@@ -102,6 +103,8 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   });
   // At the root, so that every response is counted: unauthenticated, unmatched and MCP ones too.
   app.addHook('onResponse', httpMetrics());
+  // A server span per request (when tracing is on), active before authentication runs.
+  traceRequests(app);
   // The landing page, /openapi.json and /docs; the document collects the routes registered after it.
   await registerDocs(app, deps);
   // The console's page and assets; what it reads is the API below, with the signed-in key.

@@ -187,6 +187,22 @@ export const ConfigSchema = Type.Object(
       },
       { default: {}, additionalProperties: false },
     ),
+    telemetry: Type.Object(
+      {
+        otlp_endpoint: Type.String({
+          default: '',
+          pattern: '^(https?://[^\\s]+)?$',
+          allowed: 'an absolute http:// or https:// URL',
+          description: 'OTLP/HTTP traces endpoint (…/v1/traces); empty = no tracing',
+        }),
+        service_name: Type.String({
+          default: 'kiln',
+          minLength: 1,
+          description: 'service.name of the traces this process exports',
+        }),
+      },
+      { default: {}, additionalProperties: false },
+    ),
   },
   { additionalProperties: false },
 );

@@ -53,6 +53,8 @@ export interface ChatCall {
   onChunk?: (chunk: ChatChunk, text: string) => void;
   /** Called once, when the engine's first chunk arrives (its prefill is done), in every mode. */
   onFirstChunk?: () => void;
+  /** Headers the request carries besides the adapter's own: the W3C trace context. */
+  headers?: Readonly<Record<string, string>>;
 }
 
 /**

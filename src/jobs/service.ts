@@ -7,6 +7,7 @@ import { countSubmittedJob, observeFinishedJob } from '../metrics/jobs.js';
 import type { ApiKey, FinishGuard, JobMode, JobOutcome, JobRow, JobStatus, Store } from '../store/index.js';
 import type { NewJob } from '../store/repos/jobs.js';
 import { TERMINAL_STATUSES } from '../store/types.js';
+import { currentTraceparent } from '../telemetry/index.js';
 import { type JobEvent, JobEvents } from './events.js';
 import type { JobKind, KindRegistry } from './kinds.js';
 import { parseJobId, pollBody } from './present.js';
@@ -145,6 +146,8 @@ export class JobService {
         webhook_secret: submission.webhook?.secret ?? null,
         ...(slot ? { lease: { owner: slot.owner, until: now + slot.leaseMs } } : {}),
         metered: cost !== undefined,
+        // The submitting request's span: the job's run joins its trace, in whichever process it runs.
+        traceparent: currentTraceparent(),
       };
       try {
         const { job, windows, refused } = await this.store.transaction(

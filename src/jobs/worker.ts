@@ -2,6 +2,7 @@ import { hostname } from 'node:os';
 import type { Logger } from 'pino';
 import { randomBase62 } from '../ids.js';
 import type { JobOutcome, JobRow } from '../store/index.js';
+import { contextOf, failSpan, inSpan } from '../telemetry/index.js';
 import { JobFailure, type RunContext } from './kinds.js';
 import type { JobService, LocalSlot } from './service.js';
 
@@ -193,19 +194,36 @@ export class Worker {
       });
   }
 
-  async #run(job: JobRow, controller: AbortController, localRequest: unknown): Promise<void> {
+  /** One run of the job, as a span in the trace of the request that submitted it. */
+  #run(job: JobRow, controller: AbortController, localRequest: unknown): Promise<void> {
+    const attributes = { 'kiln.job.kind': job.kind, 'kiln.job.id': job.id, 'kiln.job.attempt': job.attempts };
+    return inSpan('job', { parent: contextOf(job.traceparent), attributes }, async (span) => {
+      const outcome = await this.#runJob(job, controller, localRequest);
+      if (!span) return;
+      span.setAttribute('kiln.job.status', outcome?.status ?? 'interrupted');
+      if (outcome?.error) failSpan(span, outcome.error.code);
+    });
+  }
+
+  /** Runs the handler and records its outcome; answers it, or undefined when another party ends the job. */
+  async #runJob(
+    job: JobRow,
+    controller: AbortController,
+    localRequest: unknown,
+  ): Promise<JobOutcome | undefined> {
     const kind = this.jobs.kinds.get(job.kind);
     const log = this.log.child({ job_id: job.id, kind: job.kind, attempt: job.attempts });
     const guard = { by: 'worker', owner: this.owner, attempt: job.attempts } as const;
     if (!kind) {
-      await this.jobs.finish(job.id, guard, {
+      const outcome: JobOutcome = {
         status: 'failed',
         error: {
           code: 'inference-failed',
           message: `no handler for job kind ${job.kind} in this deployment`,
         },
-      });
-      return;
+      };
+      await this.jobs.finish(job.id, guard, outcome);
+      return outcome;
     }
     const limit = setTimeout(
       () => controller.abort('run-limit' satisfies StopReason),
@@ -270,7 +288,7 @@ export class Worker {
     } finally {
       clearTimeout(limit);
     }
-    if (!outcome) return;
+    if (!outcome) return undefined;
     await this.jobs.finish(
       job.id,
       guard,
@@ -279,6 +297,7 @@ export class Worker {
     );
     if (outcome.status === 'completed') log.debug('job completed');
     else log.info({ status: outcome.status, code: outcome.error?.code }, 'job did not complete');
+    return outcome;
   }
 
   /** Renews every lease in one statement; a job no longer held (cancelled, reclaimed) is aborted. */

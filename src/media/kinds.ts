@@ -5,6 +5,7 @@ import { EngineError } from '../engines/types.js';
 import { JobFailure, type JobKind, type RunContext } from '../jobs/kinds.js';
 import { imageMeter, videoMeter } from '../limits/meter.js';
 import type { OutboundPolicy } from '../net/policy.js';
+import { inSpan, SpanKind, traceHeaders } from '../telemetry/index.js';
 import { loadImage } from './inputs.js';
 
 /** What the media kinds need of the file store: keep the bytes, describe them, hand out a URL. */
@@ -88,12 +89,21 @@ async function run(
     throw error instanceof RunnersDown ? new JobFailure('engine-unavailable', error.message) : error;
   });
   try {
-    return await runWorkflow(lease.runner, {
-      fill: (uploaded) => fill(graph, { ...params, ...uploaded }),
-      images,
-      outputNode: template.output_node,
-      signal: AbortSignal.any([signal, AbortSignal.timeout(lease.runner.timeoutMs)]),
-      onProgress: throttledProgress(job),
+    return await inSpan('engine', { kind: SpanKind.CLIENT }, (span) => {
+      span?.setAttributes({
+        'kiln.runner': lease.runner.name,
+        'kiln.model': job.request.model,
+        'kiln.workflow': graphName,
+      });
+      return runWorkflow(lease.runner, {
+        fill: (uploaded) => fill(graph, { ...params, ...uploaded }),
+        images,
+        outputNode: template.output_node,
+        signal: AbortSignal.any([signal, AbortSignal.timeout(lease.runner.timeoutMs)]),
+        onProgress: throttledProgress(job),
+        // Names the engine span as the parent of whatever the runner traces.
+        headers: traceHeaders(),
+      });
     });
   } catch (error) {
     if (signal.aborted) throw error;

@@ -2,6 +2,7 @@ import type { Logger } from 'pino';
 import type { Config } from '../config/schema.js';
 import { type ChatChunk, type ChatCompletion, type ChatMessage, EngineError } from '../engines/index.js';
 import { EngineCallTimer } from '../metrics/engines.js';
+import { inSpan, type Span, SpanKind, traceHeaders } from '../telemetry/index.js';
 import { classify, type RequestClass } from './classify.js';
 import { type AcquireRequest, Fleet, type Lease, type Replica } from './fleet.js';
 import { RoutingMemory } from './memory.js';
@@ -58,6 +59,17 @@ const cachedTokensOf = (completion: ChatCompletion): number | undefined => {
   const details = completion.usage?.prompt_tokens_details as { cached_tokens?: unknown } | undefined;
   return typeof details?.cached_tokens === 'number' ? details.cached_tokens : undefined;
 };
+
+/** Which replica an engine span called: its engine, index and address (host and port, no path). */
+function engineAttributes(replica: Replica): Record<string, string | number> {
+  const url = new URL(replica.url);
+  return {
+    'kiln.engine': replica.engine,
+    'kiln.replica': replica.index,
+    'server.address': url.hostname,
+    'server.port': Number(url.port) || (url.protocol === 'https:' ? 443 : 80),
+  };
+}
 
 /**
  * Personas, request classes and replica choice (spec section 1.3), over one configuration. A reload
@@ -136,7 +148,18 @@ export class Router {
     };
   }
 
-  async chat(call: RouteCall): Promise<{ completion: ChatCompletion; route: Route }> {
+  /**
+   * Classifies the call, picks a replica and runs it there, trying up to two others on failures
+   * before any output: a `router` span, with an `engine` span per try.
+   */
+  chat(call: RouteCall): Promise<{ completion: ChatCompletion; route: Route }> {
+    return inSpan('router', {}, (span) => this.#route(call, span));
+  }
+
+  async #route(
+    call: RouteCall,
+    span: Span | undefined,
+  ): Promise<{ completion: ChatCompletion; route: Route }> {
     const request = await this.#describe(call);
     const tried = new Set<Replica>();
     let lastFailure: EngineError | undefined;
@@ -158,21 +181,34 @@ export class Router {
         url: replica.url,
       };
       call.onRoute?.(route);
+      span?.setAttributes({
+        'kiln.model': request.model,
+        'kiln.route.class': route.class,
+        'kiln.route.engine': route.engine,
+        'kiln.route.replica': route.replica,
+        'kiln.route.overflow': route.overflow,
+        'kiln.route.tries': attempt,
+      });
       const onChunk = call.onChunk;
       const timer = new EngineCallTimer(replica.engine, replica.index);
       try {
-        const completion = await replica.adapter.chat(replica, {
-          body: {
-            ...call.body,
-            model: this.fleet.upstreamModel(replica, call.model.model),
-            messages: call.messages,
-          },
-          signal: call.signal,
-          onFirstChunk: () => {
-            timer.firstChunk();
-            lease.prefillDone();
-          },
-          ...(onChunk ? { onChunk } : {}),
+        const completion = await inSpan('engine', { kind: SpanKind.CLIENT }, (engineSpan) => {
+          engineSpan?.setAttributes(engineAttributes(replica));
+          return replica.adapter.chat(replica, {
+            body: {
+              ...call.body,
+              model: this.fleet.upstreamModel(replica, call.model.model),
+              messages: call.messages,
+            },
+            signal: call.signal,
+            onFirstChunk: () => {
+              timer.firstChunk();
+              lease.prefillDone();
+            },
+            ...(onChunk ? { onChunk } : {}),
+            // Names the engine span as the parent of whatever the engine traces of its own.
+            headers: traceHeaders(),
+          });
         });
         timer.completed(completion.usage?.completion_tokens);
         this.#learn(lease, request, completion);

@@ -228,6 +228,12 @@ export const migrations: ReadonlyArray<{ version: number; name: string; sql: (d:
       CREATE INDEX webhook_created ON webhook_deliveries (created_at);
     `,
   },
+  {
+    version: 9,
+    name: 'trace context: the traceparent of the request that submitted a job',
+    // A job may run in another process: its span, and its webhook's, join the submitter's trace.
+    sql: () => 'ALTER TABLE jobs ADD COLUMN traceparent TEXT;',
+  },
 ];
 
 /** Applies every migration newer than the database, each in its own transaction. Answers how many ran. */

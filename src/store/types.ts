@@ -85,6 +85,8 @@ export interface JobRow {
   meta: string | null;
   /** 1 when the job has an admission (its caller is limited), settled when it ends. */
   metered: number;
+  /** The submitting request's span as a W3C traceparent, when tracing was on; the job's span is its child. */
+  traceparent: string | null;
 }
 
 /** What a terminal transition writes. */
@@ -118,4 +120,6 @@ export interface WebhookDelivery {
   body: string;
   secret: string;
   attempts: number;
+  /** The job's traceparent: each attempt's span joins the trace of the request that submitted it. */
+  traceparent: string | null;
 }

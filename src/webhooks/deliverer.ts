@@ -5,6 +5,7 @@ import { countWebhookDelivery } from '../metrics/webhooks.js';
 import { createOutboundAgent } from '../net/http.js';
 import type { OutboundPolicy } from '../net/policy.js';
 import type { Store, WebhookDelivery } from '../store/index.js';
+import { contextOf, failSpan, inSpan, SpanKind, traceHeaders } from '../telemetry/index.js';
 import { VERSION } from '../version.js';
 import { signWebhook } from './sign.js';
 
@@ -89,28 +90,8 @@ export class WebhookDeliverer {
       job_id: delivery.job_id,
       attempt: delivery.attempts + 1,
     });
-    let httpStatus: number | null = null;
-    let error: string | null = null;
     const started = performance.now();
-    try {
-      const response = await request(delivery.url, {
-        method: 'POST',
-        dispatcher: this.#agent,
-        headers: {
-          'content-type': 'application/json',
-          'user-agent': `Kiln-Webhooks/${VERSION}`,
-          'x-service-signature': signWebhook(delivery.secret, delivery.body),
-          'x-service-webhook-id': delivery.id,
-          'x-service-event': delivery.event,
-        },
-        body: delivery.body,
-        signal: AbortSignal.timeout(this.settings.timeoutMs),
-      });
-      httpStatus = response.statusCode;
-      await response.body.dump();
-    } catch (caught) {
-      error = caught instanceof Error ? caught.message : String(caught);
-    }
+    const { httpStatus, error } = await this.#post(delivery);
     const now = Date.now();
     const seconds = (performance.now() - started) / 1000;
     const ok = httpStatus !== null && httpStatus >= 200 && httpStatus < 300;
@@ -143,5 +124,51 @@ export class WebhookDeliverer {
       { status: httpStatus, error },
       delay === undefined ? 'webhook failed for good' : 'webhook attempt failed; will retry',
     );
+  }
+
+  /**
+   * One signed POST of the delivery: its HTTP status, or why none came. A `webhook` span in the
+   * trace of the request that submitted the job, whose context the receiver gets as `traceparent`.
+   */
+  #post(delivery: WebhookDelivery): Promise<{ httpStatus: number | null; error: string | null }> {
+    const parent = contextOf(delivery.traceparent);
+    return inSpan('webhook', { kind: SpanKind.CLIENT, parent }, async (span) => {
+      // The receiver's host only: a webhook URL's path or query may hold the receiver's token.
+      span?.setAttributes({
+        'kiln.webhook.id': delivery.id,
+        'kiln.webhook.event': delivery.event,
+        'kiln.webhook.attempt': delivery.attempts + 1,
+        'kiln.job.id': delivery.job_id,
+        ...(URL.canParse(delivery.url) ? { 'server.address': new URL(delivery.url).hostname } : {}),
+      });
+      let httpStatus: number | null = null;
+      let error: string | null = null;
+      try {
+        const response = await request(delivery.url, {
+          method: 'POST',
+          dispatcher: this.#agent,
+          headers: {
+            ...traceHeaders(),
+            'content-type': 'application/json',
+            'user-agent': `Kiln-Webhooks/${VERSION}`,
+            'x-service-signature': signWebhook(delivery.secret, delivery.body),
+            'x-service-webhook-id': delivery.id,
+            'x-service-event': delivery.event,
+          },
+          body: delivery.body,
+          signal: AbortSignal.timeout(this.settings.timeoutMs),
+        });
+        httpStatus = response.statusCode;
+        await response.body.dump();
+      } catch (caught) {
+        error = caught instanceof Error ? caught.message : String(caught);
+        if (span) failSpan(span, caught instanceof Error ? caught.name : typeof caught);
+      }
+      if (span && httpStatus !== null) {
+        span.setAttribute('http.response.status_code', httpStatus);
+        if (httpStatus < 200 || httpStatus >= 300) failSpan(span, String(httpStatus));
+      }
+      return { httpStatus, error };
+    });
   }
 }

@@ -27,6 +27,9 @@ export interface OutputFile {
   contentType: string;
 }
 
+/** Headers every request of a run carries (the trace context). */
+type RunnerHeaders = Readonly<Record<string, string>>;
+
 /** A connection failure to the runner, before it ran anything (an abort stays an abort). */
 const unreachable = (runner: RunnerTarget, signal?: AbortSignal) => (error: unknown) => {
   if (signal?.aborted) throw signal.reason;
@@ -71,9 +74,12 @@ export async function runWorkflow(
     outputNode: string;
     signal: AbortSignal;
     onProgress?: (fraction: number) => void;
+    /** Headers every request to the runner carries: the W3C trace context. */
+    headers?: RunnerHeaders;
   },
 ): Promise<OutputFile[]> {
   const base = runner.url.replace(/\/+$/, '');
+  const headers = call.headers ?? {};
   const clientId = randomUUID();
   const promptId = randomUUID();
 
@@ -89,6 +95,7 @@ export async function runWorkflow(
     form.append('overwrite', 'false');
     const response = await fetch(`${base}/upload/image`, {
       method: 'POST',
+      headers,
       body: form,
       signal: call.signal,
     }).catch(unreachable(runner, call.signal));
@@ -103,7 +110,7 @@ export async function runWorkflow(
   }
 
   const prompt = JSON.stringify({ prompt: call.fill(uploaded), client_id: clientId, prompt_id: promptId });
-  const socket = new WebSocket(`${base.replace(/^http/, 'ws')}/ws?clientId=${clientId}`);
+  const socket = new WebSocket(`${base.replace(/^http/, 'ws')}/ws?clientId=${clientId}`, { headers });
   const finished = new Promise<Outcome>((resolve) => {
     socket.on('message', (raw, binary) => {
       if (binary) return; // previews
@@ -138,7 +145,7 @@ export async function runWorkflow(
   // ends only when the runner has been told.
   const submission = request(`${base}/prompt`, {
     method: 'POST',
-    headers: { 'content-type': 'application/json' },
+    headers: { ...headers, 'content-type': 'application/json' },
     body: prompt,
     signal: AbortSignal.timeout(SUBMIT_TIMEOUT_MS),
   });
@@ -149,7 +156,7 @@ export async function runWorkflow(
   });
   aborted.catch(() => undefined);
   const onAbort = () => {
-    const withdraw = () => withdrawPrompt(base, promptId);
+    const withdraw = () => withdrawPrompt(base, promptId, headers);
     withdrawal = submission.then((answer) => {
       void answer.body.dump().catch(() => undefined);
       return withdraw();
@@ -165,13 +172,13 @@ export async function runWorkflow(
     const text = await submitted.body.text();
     if (submitted.statusCode >= 400) throw promptRefusal(parseRefusal(text, submitted.statusCode));
 
-    const backstop = historyDone(base, promptId, AbortSignal.any([call.signal, over.signal]));
+    const backstop = historyDone(base, promptId, headers, AbortSignal.any([call.signal, over.signal]));
     const outcome = await Promise.race([finished, backstop, aborted]);
     if (outcome === 'interrupted')
       throw new EngineError(`runner ${runner.name} interrupted the prompt`, 'broken', false);
     if (typeof outcome === 'object')
       throw new EngineError(`runner ${runner.name}: ${outcome.error}`, 'broken', false);
-    return await fetchOutputs(base, promptId, call.outputNode, call.signal);
+    return await fetchOutputs(base, promptId, call.outputNode, headers, call.signal);
   } catch (error) {
     if (!call.signal.aborted) throw error;
     await withdrawal;
@@ -216,13 +223,13 @@ function parseRefusal(text: string, status: number): PromptRefusalBody {
  * unseen; naming the prompt keeps the interrupt off anyone else's. Best effort and bounded: the
  * runner may be gone.
  */
-async function withdrawPrompt(base: string, promptId: string): Promise<void> {
+async function withdrawPrompt(base: string, promptId: string, headers: RunnerHeaders): Promise<void> {
   const call = async (path: string, method: 'GET' | 'POST', body?: unknown) => {
     const response = await request(`${base}${path}`, {
       method,
       ...(body === undefined
-        ? {}
-        : { body: JSON.stringify(body), headers: { 'content-type': 'application/json' } }),
+        ? { headers }
+        : { body: JSON.stringify(body), headers: { ...headers, 'content-type': 'application/json' } }),
       signal: AbortSignal.timeout(WITHDRAW_TIMEOUT_MS),
     });
     return response.statusCode === 200 && method === 'GET' ? response.body.json() : response.body.dump();
@@ -250,19 +257,25 @@ interface ViewRef {
 async function history(
   base: string,
   promptId: string,
+  headers: RunnerHeaders,
   signal: AbortSignal,
 ): Promise<HistoryEntry | undefined> {
-  const response = await request(`${base}/history/${promptId}`, { signal });
+  const response = await request(`${base}/history/${promptId}`, { headers, signal });
   const body = (await response.body.json()) as Record<string, HistoryEntry>;
   return body[promptId];
 }
 
 /** The backstop: a prompt whose socket went quiet is done once its history says so. */
-async function historyDone(base: string, promptId: string, signal: AbortSignal): Promise<Outcome> {
+async function historyDone(
+  base: string,
+  promptId: string,
+  headers: RunnerHeaders,
+  signal: AbortSignal,
+): Promise<Outcome> {
   for (;;) {
     await new Promise((r) => setTimeout(r, 2000));
     if (signal.aborted) throw signal.reason;
-    const entry = await history(base, promptId, signal).catch(() => undefined);
+    const entry = await history(base, promptId, headers, signal).catch(() => undefined);
     if (entry?.status?.completed) return 'success';
     if (entry?.status?.status_str === 'error') {
       // An interrupted prompt is also `status_str: "error"`; its messages end with execution_interrupted.
@@ -277,13 +290,14 @@ async function fetchOutputs(
   base: string,
   promptId: string,
   outputNode: string,
+  headers: RunnerHeaders,
   signal: AbortSignal,
 ): Promise<OutputFile[]> {
   // ComfyUI announces success a moment before it stores the history: look again briefly.
-  let entry = await history(base, promptId, signal);
+  let entry = await history(base, promptId, headers, signal);
   for (let i = 0; i < 20 && !entry?.outputs?.[outputNode]; i++) {
     await new Promise((r) => setTimeout(r, 100));
-    entry = await history(base, promptId, signal);
+    entry = await history(base, promptId, headers, signal);
   }
   const node = entry?.outputs?.[outputNode];
   const refs = [...(node?.images ?? []), ...(node?.gifs ?? [])];
@@ -295,7 +309,7 @@ async function fetchOutputs(
       subfolder: ref.subfolder ?? '',
       type: ref.type ?? 'output',
     });
-    const response = await request(`${base}/view?${query}`, { signal });
+    const response = await request(`${base}/view?${query}`, { headers, signal });
     if (response.statusCode !== 200) {
       await response.body.dump();
       throw new EngineError(

@@ -134,6 +134,7 @@ export class OpenAICompatibleAdapter implements EngineAdapter {
           method: 'POST',
           path: this.#path(replica, '/v1/chat/completions'),
           headers: {
+            ...call.headers,
             'content-type': 'application/json',
             accept: 'text/event-stream',
             ...(replica.apiKey ? { authorization: `Bearer ${replica.apiKey}` } : {}),

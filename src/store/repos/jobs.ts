@@ -52,6 +52,8 @@ export type NewJob = Pick<
   lease?: { owner: string; until: number };
   /** Set when the job has an admission to settle when it ends. */
   metered?: boolean;
+  /** The submitting span, when tracing is on. */
+  traceparent?: string | null;
 };
 
 /** The queue's statements, one method each; every change to a running job names its lease holder. */
@@ -95,11 +97,13 @@ export class JobRepository {
       webhook_secret: job.webhook_secret,
       meta: null,
       metered: job.metered ? 1 : 0,
+      traceparent: job.traceparent ?? null,
     };
     await this.db.run(
       `INSERT INTO jobs (id, org_id, key_id, kind, mode, status, request, max_attempts, queue_deadline, run_limit_ms,
-         created_at, webhook_url, webhook_secret, lease_owner, lease_expires_at, attempts, started_at, run_deadline, metered)
-       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+         created_at, webhook_url, webhook_secret, lease_owner, lease_expires_at, attempts, started_at, run_deadline, metered,
+         traceparent)
+       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
       [
         row.id,
         row.org_id,
@@ -120,6 +124,7 @@ export class JobRepository {
         row.started_at,
         row.run_deadline,
         row.metered,
+        row.traceparent,
       ],
     );
     return row;

@@ -28,7 +28,7 @@ export class WebhookRepository {
     return id;
   }
 
-  /** Leases up to `limit` due deliveries to `owner`, with the secret each is signed with. */
+  /** Leases up to `limit` due deliveries to `owner`, with the secret each is signed with and its job's trace. */
   async claimDue(owner: string, now: number, leaseUntil: number, limit: number): Promise<WebhookDelivery[]> {
     const claimed = await this.db.all<{ id: string }>(
       `UPDATE webhook_deliveries SET lease_owner = ?, lease_expires_at = ?
@@ -43,7 +43,7 @@ export class WebhookRepository {
     if (claimed.length === 0) return [];
     return this.db.all<WebhookDelivery>(
       `SELECT d.id, d.job_id, d.org_id, d.url, d.event, d.body, d.attempts,
-         COALESCE(j.webhook_secret, o.webhook_secret) AS secret
+         COALESCE(j.webhook_secret, o.webhook_secret) AS secret, j.traceparent
        FROM webhook_deliveries d JOIN jobs j ON j.id = d.job_id JOIN orgs o ON o.id = d.org_id
        WHERE d.id IN (${placeholders(claimed.length)}) AND d.lease_owner = ?`,
       [...claimed.map((c) => c.id), owner],
