@@ -1,5 +1,5 @@
 import { Counter, Histogram } from 'prom-client';
-import { registry } from './registry.js';
+import { childOf, registry } from './registry.js';
 
 const LABELS = ['engine', 'replica'] as const;
 
@@ -26,6 +26,9 @@ const errors = new Counter({
   registers: [registry],
 });
 
+const firstTokenChildren = new Map<string, ReturnType<typeof firstToken.labels>>();
+const interTokenChildren = new Map<string, ReturnType<typeof interToken.labels>>();
+
 /**
  * Times one chat call on one replica: `firstChunk` when its first chunk arrives, then `completed`
  * with the output tokens the engine reported, or `failed`. Two clock reads and at most two
@@ -42,12 +45,16 @@ export class EngineCallTimer {
 
   firstChunk(): void {
     this.#firstAt = performance.now();
-    firstToken.observe(this.#labels, (this.#firstAt - this.#sent) / 1000);
+    const { engine, replica } = this.#labels;
+    childOf(firstTokenChildren, firstToken, engine, replica).observe((this.#firstAt - this.#sent) / 1000);
   }
 
   completed(outputTokens: number | undefined): void {
     if (this.#firstAt === undefined || outputTokens === undefined || outputTokens < 2) return;
-    interToken.observe(this.#labels, (performance.now() - this.#firstAt) / 1000 / (outputTokens - 1));
+    const { engine, replica } = this.#labels;
+    childOf(interTokenChildren, interToken, engine, replica).observe(
+      (performance.now() - this.#firstAt) / 1000 / (outputTokens - 1),
+    );
   }
 
   failed(kind: string): void {

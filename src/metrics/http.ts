@@ -1,6 +1,6 @@
 import type { onResponseHookHandler } from 'fastify';
 import { Counter, Histogram } from 'prom-client';
-import { registry } from './registry.js';
+import { childOf, registry } from './registry.js';
 
 const requests = new Counter({
   name: 'kiln_http_requests_total',
@@ -17,6 +17,9 @@ const duration = new Histogram({
   registers: [registry],
 });
 
+const requestChildren = new Map<string, ReturnType<typeof requests.labels>>();
+const durationChildren = new Map<string, ReturnType<typeof duration.labels>>();
+
 /** The label of a request no route matched (a 404 from the router, a 405 before routing). */
 export const UNMATCHED_ROUTE = 'unmatched';
 
@@ -28,8 +31,8 @@ export function httpMetrics(): onResponseHookHandler {
   return function countHttpResponse(request, reply, done) {
     const route = request.routeOptions.url ?? UNMATCHED_ROUTE;
     const method = request.method;
-    requests.inc({ method, route, status: reply.statusCode });
-    duration.observe({ method, route }, reply.elapsedTime / 1000);
+    childOf(requestChildren, requests, method, route, String(reply.statusCode)).inc();
+    childOf(durationChildren, duration, method, route).observe(reply.elapsedTime / 1000);
     done();
   };
 }

@@ -1,6 +1,6 @@
 import { Counter, Histogram } from 'prom-client';
 import type { JobMode, JobRow } from '../store/types.js';
-import { registry } from './registry.js';
+import { childOf, registry } from './registry.js';
 
 const submitted = new Counter({
   name: 'kiln_jobs_submitted_total',
@@ -32,8 +32,13 @@ const run = new Histogram({
   registers: [registry],
 });
 
+const submittedChildren = new Map<string, ReturnType<typeof submitted.labels>>();
+const finishedChildren = new Map<string, ReturnType<typeof finished.labels>>();
+const waitChildren = new Map<string, ReturnType<typeof wait.labels>>();
+const runChildren = new Map<string, ReturnType<typeof run.labels>>();
+
 export function countSubmittedJob(kind: string, mode: JobMode): void {
-  submitted.inc({ kind, mode });
+  childOf(submittedChildren, submitted, kind, mode).inc();
 }
 
 /** Counts a terminal job and, when it ever started, how long it waited and ran (from its row's times). */
@@ -41,9 +46,9 @@ export function observeFinishedJob(
   job: Pick<JobRow, 'kind' | 'status' | 'created_at' | 'started_at' | 'finished_at'>,
 ): void {
   const { kind, status } = job;
-  finished.inc({ kind, status });
+  childOf(finishedChildren, finished, kind, status).inc();
   if (job.started_at === null) return;
-  wait.observe({ kind }, Math.max(0, job.started_at - job.created_at) / 1000);
+  childOf(waitChildren, wait, kind).observe(Math.max(0, job.started_at - job.created_at) / 1000);
   if (job.finished_at !== null)
-    run.observe({ kind, status }, Math.max(0, job.finished_at - job.started_at) / 1000);
+    childOf(runChildren, run, kind, status).observe(Math.max(0, job.finished_at - job.started_at) / 1000);
 }
