@@ -1,24 +1,18 @@
 import type { onResponseHookHandler } from 'fastify';
-import { Counter, Histogram } from 'prom-client';
-import { childOf, registry } from './registry.js';
+import { LeanCounter, LeanHistogram } from './lean.js';
 
-const requests = new Counter({
-  name: 'kiln_http_requests_total',
-  help: 'HTTP responses sent, by method, route pattern and status code.',
-  labelNames: ['method', 'route', 'status'],
-  registers: [registry],
-});
+const requests = new LeanCounter(
+  'kiln_http_requests_total',
+  'HTTP responses sent, by method, route pattern and status code.',
+  ['method', 'route', 'status'],
+);
 
-const duration = new Histogram({
-  name: 'kiln_http_request_duration_seconds',
-  help: 'Time from request to the last byte of the response (a stream’s whole length), by method and route pattern.',
-  labelNames: ['method', 'route'],
-  buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300],
-  registers: [registry],
-});
-
-const requestChildren = new Map<string, ReturnType<typeof requests.labels>>();
-const durationChildren = new Map<string, ReturnType<typeof duration.labels>>();
+const duration = new LeanHistogram(
+  'kiln_http_request_duration_seconds',
+  'Time from request to the last byte of the response (a stream’s whole length), by method and route pattern.',
+  ['method', 'route'],
+  [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300],
+);
 
 /** The label of a request no route matched (a 404 from the router, a 405 before routing). */
 export const UNMATCHED_ROUTE = 'unmatched';
@@ -31,8 +25,8 @@ export function httpMetrics(): onResponseHookHandler {
   return function countHttpResponse(request, reply, done) {
     const route = request.routeOptions.url ?? UNMATCHED_ROUTE;
     const method = request.method;
-    childOf(requestChildren, requests, method, route, String(reply.statusCode)).inc();
-    childOf(durationChildren, duration, method, route).observe(reply.elapsedTime / 1000);
+    requests.inc(method, route, String(reply.statusCode));
+    duration.observe(reply.elapsedTime / 1000, method, route);
     done();
   };
 }

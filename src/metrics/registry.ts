@@ -29,22 +29,3 @@ export function collectProcessMetrics(): void {
   for (const name of ['active_handles', 'active_requests', 'active_resources'])
     registry.removeSingleMetric(`kiln_nodejs_${name}_total`);
 }
-
-/**
- * The child of a labelled metric for these label values, made once and kept: prom-client hashes
- * the labels of every `inc({…})` / `observe({…}, v)`, which showed in the sync path's profile; a
- * kept child skips that. Only for metrics that are never reset (a reset orphans its children).
- */
-export function childOf<M extends { labels(...values: string[]): C }, C>(
-  cache: Map<string, C>,
-  metric: M,
-  ...values: string[]
-): C {
-  const key = values.join('\u0000');
-  let child = cache.get(key);
-  if (child === undefined) {
-    child = metric.labels(...values);
-    cache.set(key, child);
-  }
-  return child;
-}

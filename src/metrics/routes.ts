@@ -2,14 +2,16 @@ import type { FastifyInstance } from 'fastify';
 import type { AppDeps } from '../api/app.js';
 import { limitMetrics } from '../limits/metrics.js';
 import { routeMetrics } from '../router/metrics.js';
+import { leanMetrics } from './lean.js';
 import { collectProcessMetrics, registry } from './registry.js';
 import { scrapeGauges } from './scrape.js';
 import { storeLatencyMetrics } from './store.js';
 
 /**
- * GET /metrics (any key): Prometheus text format. prom-client's registry (jobs, engines, HTTP,
- * webhooks, process), the gauges read at scrape time (queue, runners), then the families written by
- * hand (store latency, routing, replicas, limits). docs/metrics.md lists them all.
+ * GET /metrics (any key): Prometheus text format. prom-client's registry (process, build), the
+ * gauges read at scrape time (queue, runners), the request path's lean families (HTTP, jobs,
+ * engines, webhooks), then those written by hand (store latency, routing, replicas, limits).
+ * docs/metrics.md lists them all.
  */
 export function metricsRoutes(app: FastifyInstance, deps: AppDeps): void {
   collectProcessMetrics();
@@ -23,6 +25,7 @@ export function metricsRoutes(app: FastifyInstance, deps: AppDeps): void {
     const families = [
       await registry.metrics(),
       await scraped.registry.metrics(),
+      leanMetrics(),
       storeLatencyMetrics(),
       routeMetrics(),
       deps.runtime.router().fleet.metrics(),
