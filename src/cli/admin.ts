@@ -6,7 +6,7 @@ import { issueKey } from '../auth/keys.js';
 import { randomBase62 } from '../ids.js';
 import type { Limits } from '../limits/schema.js';
 import type { Store } from '../store/index.js';
-import { isoTime, serverConfig, table, UsageError } from './common.js';
+import { isoTime, NO_STORE_FIX, serverConfig, table, UsageError } from './common.js';
 import { limitChange, limitOptions, limitsSummary } from './limits.js';
 
 /**
@@ -17,8 +17,7 @@ import { limitChange, limitOptions, limitsSummary } from './limits.js';
 async function withStore<T>(command: Command, work: (store: Store) => Promise<T>): Promise<T> {
   const config = serverConfig(command);
   const url = config.store.url;
-  const fix =
-    'run the command where `kiln serve` runs, or point KILN_DATA_DIR, KILN_STORE_URL or --config at its store; `kiln migrate` creates a new one';
+  const fix = `${NO_STORE_FIX}; \`kiln migrate\` creates a new one`;
   if (url.startsWith('sqlite:') && url !== 'sqlite::memory:' && !existsSync(url.slice('sqlite:'.length))) {
     throw new UsageError(`there is no Kiln store at ${path.resolve(url.slice('sqlite:'.length))}: ${fix}`);
   }

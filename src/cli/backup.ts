@@ -21,14 +21,12 @@ import { latestVersion } from '../store/migrations.js';
 import { shownStoreUrl } from '../store/postgres/open-error.js';
 import type { StoreFileCheck } from '../store/sqlite/driver.js';
 import { VERSION } from '../version.js';
-import { serverConfig, UsageError } from './common.js';
+import { NO_STORE_FIX, serverConfig, UsageError } from './common.js';
 
 /** The exit code of `kiln backup` and `kiln restore` on PostgreSQL, whose own tools do the work. */
 const USE_POSTGRES_TOOLS = 2;
 
 /** Said, as the admin commands say it, when the configuration names no existing store. */
-const NO_STORE_FIX =
-  'run the command where `kiln serve` runs, or point KILN_DATA_DIR, KILN_STORE_URL or --config at its store';
 
 /** The files SQLite may keep beside a database; a stale one would be replayed into another. */
 const COMPANIONS = ['-wal', '-shm', '-journal'];

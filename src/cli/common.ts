@@ -96,3 +96,7 @@ export function table(rows: string[][]): string {
 
 export const isoTime = (ms: number | null) =>
   ms === null ? '-' : new Date(ms).toISOString().slice(0, 19).replace('T', ' ');
+
+/** What to do when a command finds no store where the configuration points. */
+export const NO_STORE_FIX =
+  'run the command where `kiln serve` runs, or point KILN_DATA_DIR, KILN_STORE_URL or --config at its store';
