@@ -106,8 +106,12 @@ export class Worker {
     this.#draining = true;
     this.#wake();
     while (this.#running.size > 0 && Date.now() < deadline) {
-      const timer = new Promise<void>((resolve) => setTimeout(resolve, Math.max(1, deadline - Date.now())));
-      await Promise.race([Promise.all([...this.#running.values()].map((r) => r.done)), timer]);
+      let timer: NodeJS.Timeout | undefined;
+      const timeUp = new Promise<void>((resolve) => {
+        timer = setTimeout(resolve, Math.max(1, deadline - Date.now()));
+      });
+      await Promise.race([Promise.all([...this.#running.values()].map((r) => r.done)), timeUp]);
+      clearTimeout(timer);
     }
   }
 
