@@ -29,6 +29,11 @@ interface Fleet {
   }>;
 }
 
+/** `up` in green, or why not in red. */
+const Health = ({ up, down }: { up: boolean; down: string }) => (
+  <span class={`status ${up ? 'completed' : 'failed'}`}>{up ? 'up' : down}</span>
+);
+
 const percent = (part: number, whole: number) => (whole > 0 ? `${((part / whole) * 100).toFixed(1)}%` : '—');
 
 /** Engine pools, their replicas and the ComfyUI runners, as this gateway sees them (admin keys). */
@@ -65,9 +70,7 @@ export function FleetView() {
                 </td>
                 <td>{r.index}</td>
                 <td>
-                  <span class={`status ${r.available ? 'completed' : 'failed'}`}>
-                    {r.available ? 'up' : r.healthy ? 'ejected' : 'down'}
-                  </span>
+                  <Health up={r.available} down={r.healthy ? 'ejected' : 'down'} />
                 </td>
                 <td>
                   {r.in_flight} / {r.max_concurrency}
@@ -101,9 +104,7 @@ export function FleetView() {
                 <td>{r.name}</td>
                 <td>{r.models.join(', ')}</td>
                 <td>
-                  <span class={`status ${r.available ? 'completed' : 'failed'}`}>
-                    {r.available ? 'up' : 'down'}
-                  </span>
+                  <Health up={r.available} down="down" />
                 </td>
                 <td>
                   {r.in_flight} / {r.max_concurrency}
