@@ -92,6 +92,8 @@ export class ChunkRenamer {
     pattern?: string;
   }>;
   readonly #renamed: Pick<ChatChunk, 'id' | 'model' | 'created'>;
+  /** The engine's text up to its last renamed field in the last chunk renamed in place, and Kiln's. */
+  #opening: ({ engine: string; kiln: string } & Pick<ChatChunk, 'id' | 'model' | 'created'>) | undefined;
 
   constructor(id: string, model: string, created: number) {
     this.#renamed = { id, model, created };
@@ -106,22 +108,50 @@ export class ChunkRenamer {
     // An event's data spread over several lines (valid SSE) has line breaks in its JSON: those must
     // not reach the caller's `data:` line.
     if (text.includes('\n') || text.includes('\r')) return this.serialise(chunk);
-    let out = text;
+    // Engines that write the three fields first (vLLM, SGLang) repeat the same opening bytes in
+    // every chunk: once it was renamed, it is swapped whole.
+    const known = this.#opening;
+    if (
+      known !== undefined &&
+      text.startsWith(known.engine) &&
+      chunk.id === known.id &&
+      chunk.created === known.created &&
+      chunk.model === known.model
+    )
+      return known.kiln + text.slice(known.engine.length);
+    const spots: Array<{ at: number; keep: number; skip: number; value: string }> = [];
     for (const field of this.#fields) {
       // An engine sends the same values in every chunk of a stream: the pattern is made once.
       if (field.pattern === undefined || chunk[field.key] !== field.old) {
         field.old = chunk[field.key];
         field.pattern = `"${field.key}":${JSON.stringify(field.old)}`;
       }
-      const at = out.indexOf(field.pattern);
+      const at = text.indexOf(field.pattern);
       // The field's whole value, followed by `,` or `}`, and nowhere else (a nested field with the
       // same value could come first): anything else is not certainly the chunk's own field.
-      const after = at === -1 ? -1 : out.charCodeAt(at + field.pattern.length);
-      if ((after !== 0x2c && after !== 0x7d) || out.includes(field.pattern, at + 1))
+      const after = at === -1 ? -1 : text.charCodeAt(at + field.pattern.length);
+      if ((after !== 0x2c && after !== 0x7d) || text.includes(field.pattern, at + 1))
         return this.serialise(chunk);
-      out = `${out.slice(0, at + field.key.length + 3)}${field.value}${out.slice(at + field.pattern.length)}`;
+      spots.push({
+        at,
+        keep: at + field.key.length + 3,
+        skip: at + field.pattern.length,
+        value: field.value,
+      });
     }
-    return out;
+    spots.sort((a, b) => a.at - b.at);
+    let out = '';
+    let from = 0;
+    for (const spot of spots) {
+      out += text.slice(from, spot.keep) + spot.value;
+      from = spot.skip;
+    }
+    const engine = text.slice(0, from);
+    // Fields after the choices (llama.cpp) leave nothing that later chunks share.
+    this.#opening = engine.includes('[')
+      ? undefined
+      : { engine, kiln: out, id: chunk.id, created: chunk.created, model: chunk.model };
+    return out + text.slice(from);
   }
 
   serialise(chunk: ChatChunk): string {

@@ -133,6 +133,23 @@ describe('ChunkRenamer', () => {
     );
   });
 
+  it('a renamer reused over a stream writes every chunk as a fresh renamer would', () => {
+    const vllm = (content: string, extra = '') =>
+      `{"id":"chatcmpl-v","object":"chat.completion.chunk","created":100,"model":"m","choices":[{"index":0,"delta":{"content":${JSON.stringify(content)}},"finish_reason":null}]${extra}}`;
+    const texts = [
+      vllm(''),
+      vllm('one'),
+      vllm('"id":"chatcmpl-v" spelled out'),
+      // The same opening, then a top-level field a fresh renamer does not touch.
+      vllm('two', ',"system_fingerprint":"fp"'),
+      // The same opening with the model changed after it: not the opening any more.
+      '{"id":"chatcmpl-v","object":"chat.completion.chunk","created":100,"model":"m2","choices":[]}',
+      '{"id":"chatcmpl-v","object":"chat.completion.chunk","created":100,"model":"m","choices":[],"usage":{"prompt_tokens":1,"completion_tokens":2,"total_tokens":3}}',
+    ];
+    const using = renamer();
+    for (const text of texts) expect(rename(text, using)).toBe(rename(text));
+  });
+
   it('a Kiln model name with quotes and non-ASCII characters is written as valid JSON', () => {
     const odd = new ChunkRenamer(KILN_ID, 'pérsona "quoted" \\ name', KILN_CREATED);
     const text =
