@@ -170,7 +170,8 @@ export class JobService {
             return { job: inserted, windows };
           },
           // Admissions lock their caller: such a transaction commits on its own (see SqlDriver).
-          { alone: cost !== undefined },
+          // Without admission or idempotency key, the insert is the only statement.
+          { alone: cost !== undefined, oneStatement: cost === undefined && !idempotencyKey },
         );
         // Refused: the slot goes back below, with any other failure's.
         if (refused || !job) throw refused;
@@ -278,25 +279,33 @@ export class JobService {
     outcome: JobOutcome,
     /** Everyone waiting on the job is in this process (a sync or stream job run where it was submitted). */
     waitersHere = false,
+    /** The job as its runner holds it: whether its end also settles admissions or queues a webhook. */
+    known?: Pick<JobRow, 'metered' | 'webhook_url'>,
   ): Promise<JobRow | undefined> {
     const now = Date.now();
-    const job = await this.store.transaction(async (tx) => {
-      const row = await tx.jobs.finish(id, guard, outcome, now, this.settings.retentionMs);
-      if (!row) return undefined;
-      // The reservation gives way to what the job really used, in the same commit: nothing leaks.
-      if (row.metered) await tx.admissions.settle(row.id, this.#used(row, outcome));
-      if (row.webhook_url) {
-        await tx.webhooks.enqueue({
-          jobId: row.id,
-          orgId: row.org_id,
-          url: row.webhook_url,
-          event: `job.${row.status}`,
-          body: JSON.stringify(this.poll(row)),
-          now,
-        });
-      }
-      return row;
-    });
+    // On PostgreSQL a job's end and its usage row are one statement; admissions and webhooks add more.
+    const oneStatement =
+      known !== undefined && !known.metered && !known.webhook_url && this.store.dialect === 'postgres';
+    const job = await this.store.transaction(
+      async (tx) => {
+        const row = await tx.jobs.finish(id, guard, outcome, now, this.settings.retentionMs);
+        if (!row) return undefined;
+        // The reservation gives way to what the job really used, in the same commit: nothing leaks.
+        if (row.metered) await tx.admissions.settle(row.id, this.#used(row, outcome));
+        if (row.webhook_url) {
+          await tx.webhooks.enqueue({
+            jobId: row.id,
+            orgId: row.org_id,
+            url: row.webhook_url,
+            event: `job.${row.status}`,
+            body: JSON.stringify(this.poll(row)),
+            now,
+          });
+        }
+        return row;
+      },
+      { oneStatement },
+    );
     if (job) {
       observeFinishedJob(job);
       if (waitersHere) this.events.publishLocal({ t: 'done', id, job });

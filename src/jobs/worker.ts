@@ -298,6 +298,7 @@ export class Worker {
       guard,
       Object.keys(recorded).length > 0 ? { ...outcome, meta: recorded } : outcome,
       localRequest !== undefined,
+      job,
     );
     if (outcome.status === 'completed') log.debug('job completed');
     else log.info({ status: outcome.status, code: outcome.error?.code }, 'job did not complete');

@@ -30,14 +30,21 @@ export interface Dialect {
 /** Channels processes use to wake each other (new work, finished jobs, cancellations, partial output) and to share what replicas cache. */
 export type Channel = 'kiln_jobs' | 'kiln_job_events' | 'kiln_webhooks' | 'kiln_routing' | 'kiln_keys';
 
+export interface TransactionOptions {
+  alone?: boolean;
+  oneStatement?: boolean;
+}
+
 export interface SqlDriver extends SqlExecutor {
   readonly dialect: Dialect;
   /**
    * Runs `fn` in one transaction; nothing else touches the database through this driver meanwhile.
    * `alone` keeps it out of group commit: a transaction that takes locks (`scopeLock`) must not
-   * share one with others' work, whose locks could be taken in another order.
+   * share one with others' work, whose locks could be taken in another order. `oneStatement` says
+   * that `fn` issues a single statement, atomic on its own: a driver may run it without BEGIN and
+   * COMMIT (PostgreSQL does, sparing two round trips; SQLite's group commit costs it less).
    */
-  transaction<T>(fn: (tx: SqlExecutor) => Promise<T>, options?: { alone?: boolean }): Promise<T>;
+  transaction<T>(fn: (tx: SqlExecutor) => Promise<T>, options?: TransactionOptions): Promise<T>;
   /** Runs a script of several statements without parameters (migrations). */
   exec(script: string): Promise<void>;
   /**

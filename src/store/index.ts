@@ -1,7 +1,7 @@
 import { KeyCache } from '../auth/cache.js';
 import type { Config } from '../config/schema.js';
 import { timeStoreOperation } from '../metrics/store.js';
-import type { SqlDriver, SqlExecutor } from './driver.js';
+import type { SqlDriver, SqlExecutor, TransactionOptions } from './driver.js';
 import { migrate } from './migrations.js';
 import { PostgresDriver } from './postgres/driver.js';
 import { AdmissionRepository } from './repos/admissions.js';
@@ -76,7 +76,7 @@ export class Store extends Repositories {
   }
 
   /** Runs `fn` with repositories bound to one transaction: all of it commits, or none. */
-  transaction<T>(fn: (tx: Repositories) => Promise<T>, options?: { alone?: boolean }): Promise<T> {
+  transaction<T>(fn: (tx: Repositories) => Promise<T>, options?: TransactionOptions): Promise<T> {
     return timeStoreOperation('transaction', () =>
       this.driver.transaction((tx) => fn(new Repositories(tx, this.driver.dialect, this.#onRevoke)), options),
     );

@@ -1,6 +1,6 @@
 import pg from 'pg';
 import { timeStoreOperation } from '../../metrics/store.js';
-import type { Channel, Dialect, SqlDriver, SqlExecutor } from '../driver.js';
+import type { Channel, Dialect, SqlDriver, SqlExecutor, TransactionOptions } from '../driver.js';
 import { storeOpenError } from './open-error.js';
 
 const dialect: Dialect = {
@@ -60,6 +60,8 @@ interface GroupUnit {
   fn: (tx: SqlExecutor) => Promise<unknown>;
   resolve: (value: unknown) => void;
   reject: (error: unknown) => void;
+  /** `fn` issues one statement (TransactionOptions). */
+  oneStatement: boolean;
 }
 
 /** Groups committing at once, each on a connection of its own. */
@@ -123,9 +125,9 @@ export class PostgresDriver implements SqlDriver {
    * group rolls back and each unit runs again in a transaction of its own, so only the failing one
    * fails — and each resolves only once its own work is committed.
    */
-  transaction<T>(fn: (tx: SqlExecutor) => Promise<T>, options: { alone?: boolean } = {}): Promise<T> {
+  transaction<T>(fn: (tx: SqlExecutor) => Promise<T>, options: TransactionOptions = {}): Promise<T> {
     return new Promise<T>((resolve, reject) => {
-      const unit = { fn, resolve, reject } as GroupUnit;
+      const unit = { fn, resolve, reject, oneStatement: options.oneStatement === true } as GroupUnit;
       if (options.alone) return void this.#commitAlone(unit);
       this.#waiting.push(unit);
       this.#startGroups();
@@ -150,7 +152,11 @@ export class PostgresDriver implements SqlDriver {
   }
 
   async #commitGroup(units: GroupUnit[]): Promise<void> {
-    if (units.length === 1) return this.#commitAlone(units[0] as GroupUnit);
+    const [first] = units as [GroupUnit];
+    // A group of one statement commits by itself: no BEGIN, no COMMIT.
+    if (units.length === 1 && first.oneStatement)
+      return void first.fn(this.#executor).then(first.resolve, first.reject);
+    if (units.length === 1) return this.#commitAlone(first);
     const values: unknown[] = [];
     let client: pg.PoolClient | undefined;
     try {
