@@ -1,4 +1,4 @@
-import { createHash } from 'node:crypto';
+import { hash } from 'node:crypto';
 import { randomBase62 } from '../ids.js';
 import type { Limits } from '../limits/schema.js';
 import type { Store } from '../store/index.js';
@@ -8,7 +8,7 @@ export const KEY_PREFIX = 'kiln_sk_';
 
 /** Keys are stored only as this hash; the key itself is shown once, when it is created. */
 export function hashKey(key: string): string {
-  return createHash('sha256').update(key).digest('hex');
+  return hash('sha256', key, 'hex');
 }
 
 /** Creates a key for the organisation and answers the record with the plain key, which is never stored. */
