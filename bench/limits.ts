@@ -131,8 +131,7 @@ await runBench(async () => {
   rows.push(...(await measure(postgres, 'postgres')));
   await postgres.close();
 
-  const body = `<!-- bench:limits -->
-## Admission: what limits cost a submission
+  const body = `## Admission: what limits cost a submission
 
 ${new Date().toISOString().slice(0, 10)} · ${machine()} · \`npm run bench:limits\`, ${TOTAL} submissions per row
 
@@ -145,7 +144,6 @@ admissions (docs/limits.md).
 
 | store | limits of the key | in flight (one key) | median ms | p99 ms | submissions/s |
 |---|---|---|---|---|---|
-${rows.join('\n')}
-<!-- /bench:limits -->`;
+${rows.join('\n')}`;
   publishSection('limits', body, WRITE);
 });

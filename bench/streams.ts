@@ -8,8 +8,9 @@
  * section of docs/benchmarks.md, ending with bench/streams-notes.md verbatim.
  *
  * Environment: BENCH_STREAMS_N (256 concurrent streams), BENCH_STREAMS_CHUNKS (100 content chunks per
- * stream), BENCH_STREAMS_GAP_MS (20 ms between them), BENCH_STREAMS_WARMUP (N: a round of that many
- * concurrent streams per target first), BENCH_STREAMS_POSTGRES_URL (postgres://postgres@127.0.0.1:5432/test; a fresh schema, dropped
+ * stream), BENCH_STREAMS_GAP_MS (20 ms between them), BENCH_STREAMS_WARMUP (N: rounds of that many
+ * concurrent streams per target first), BENCH_STREAMS_WARMUP_ROUNDS (3), BENCH_STREAMS_RUNS (3 measured
+ * runs at N; each figure is their median), BENCH_STREAMS_POSTGRES_URL (postgres://postgres@127.0.0.1:5432/test; a fresh schema, dropped
  * after), BENCH_STREAMS_RAMP=0 (skips the capacity ramp: 64, 128, … 1024 concurrent streams, then
  * steps of 512), BENCH_STREAMS_MAX (4096: the ramp's last level), BENCH_STREAMS_WRITE=0 (print only), BENCH_STREAMS_PROFILE_DIR (diagnostic: the Kiln
  * targets run under --cpu-prof and write their profiles there; no section is written).
@@ -47,6 +48,8 @@ const N = Number(env.BENCH_STREAMS_N ?? 256);
 const CHUNKS = Number(env.BENCH_STREAMS_CHUNKS ?? 100);
 const GAP_MS = Number(env.BENCH_STREAMS_GAP_MS ?? 20);
 const WARMUP = Number(env.BENCH_STREAMS_WARMUP ?? N);
+const WARMUP_ROUNDS = Number(env.BENCH_STREAMS_WARMUP_ROUNDS ?? 3);
+const RUNS = Math.max(1, Number(env.BENCH_STREAMS_RUNS ?? 3));
 const POSTGRES_URL = env.BENCH_STREAMS_POSTGRES_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
 const RAMP = env.BENCH_STREAMS_RAMP !== '0';
 const MAX = Number(env.BENCH_STREAMS_MAX ?? 4096);
@@ -164,9 +167,44 @@ function report(r: RunResult): void {
 
 async function warmUp(target: StreamTarget, run: string): Promise<void> {
   if (WARMUP <= 0) return;
-  const warm = await runStreams(target, WARMUP, workload, `${run}-warm`);
-  if (errorCount(warm) === warm.streams)
-    throw new Error(`${target.name}: every warm-up stream failed: ${[...warm.errors.keys()][0]}`);
+  for (let round = 0; round < WARMUP_ROUNDS; round++) {
+    const warm = await runStreams(target, WARMUP, workload, `${run}-warm-${round}`);
+    if (errorCount(warm) === warm.streams)
+      throw new Error(`${target.name}: every warm-up stream failed: ${[...warm.errors.keys()][0]}`);
+  }
+}
+
+const median = (xs: number[]) => {
+  const sorted = [...xs].sort((a, b) => a - b);
+  const mid = sorted.length >> 1;
+  return sorted.length % 2
+    ? (sorted[mid] as number)
+    : ((sorted[mid - 1] as number) + (sorted[mid] as number)) / 2;
+};
+
+/** Runs at the same level as one result: each figure the median of the runs', every error counted. */
+function medianOf(runs: RunResult[]): RunResult {
+  const first = runs[0] as RunResult;
+  const of = (figure: (r: RunResult) => number) => median(runs.map(figure));
+  const errors = new Map<string, number>();
+  for (const r of runs)
+    for (const [message, count] of r.errors) errors.set(message, (errors.get(message) ?? 0) + count);
+  const cpu = runs.every((r) => r.cpuPerChunkUs !== undefined)
+    ? of((r) => r.cpuPerChunkUs as number)
+    : undefined;
+  return {
+    target: first.target,
+    streams: first.streams,
+    ttftP50: of((r) => r.ttftP50),
+    ttftP99: of((r) => r.ttftP99),
+    gapP50: of((r) => r.gapP50),
+    gapP99: of((r) => r.gapP99),
+    chunks: of((r) => r.chunks),
+    cpuPerChunkUs: cpu,
+    clientPerChunkUs: of((r) => r.clientPerChunkUs),
+    errors,
+    seconds: of((r) => r.seconds),
+  };
 }
 
 /** What a target measured: the run at N and, for direct and the Kilns, the ramp's levels. */
@@ -200,8 +238,12 @@ async function measure(
   try {
     running = await start(kind, upstream, work);
     await warmUp(running.target, run);
-    const main = await runStreams(running.target, N, workload, run);
-    report(main);
+    const runs: RunResult[] = [];
+    for (let i = 0; i < RUNS; i++) {
+      runs.push(await runStreams(running.target, N, workload, `${run}-${i}`));
+      report(runs[i] as RunResult);
+    }
+    const main = medianOf(runs);
     const ramp: RunResult[] = [];
     if (kind !== 'portkey') {
       for (const [i, level] of levels.entries()) {
@@ -333,8 +375,10 @@ over loopback, sharing its CPUs with this client:
   the run; each read is timestamped as it arrives (the events it completes share that time) and
   parsed once the run is over.
 
-A warm-up round of ${WARMUP} concurrent streams per target first, so that a gateway's upstream connections
-are open and its code compiled, as after hours of serving. TTFT = from sending the request to the first chunk carrying content;
+${WARMUP_ROUNDS} warm-up rounds of ${WARMUP} concurrent streams per target first, so that a gateway's upstream connections
+are open and its code compiled, as after hours of serving (one round was not enough: V8 had not yet optimised the
+start path, and the next rounds measured up to a third less CPU per chunk). Then ${RUNS} measured runs of ${N}
+streams; each figure in the table is the median of the ${RUNS} runs' (this machine's runs differ by ±15 %). TTFT = from sending the request to the first chunk carrying content;
 gap = between consecutive content chunks of a stream, over every stream; added = the target's figure
 minus direct's at the same percentile. CPU µs/chunk = CPU time of the target's process (the upstream's
 for direct: the physical limit) over the run, from /proc, divided by the data events the client received
