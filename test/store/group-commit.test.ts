@@ -218,6 +218,65 @@ for (const storeCase of storeCases) {
       expect(await observer.orgs.count()).toBe(committed);
     });
 
+    /** 40 one-statement transactions at once: inserts of `name(i)`, and every 10th a read instead. */
+    function oneStatementWave(name: (i: number) => string) {
+      const single = { oneStatement: true };
+      return Promise.allSettled(
+        Array.from({ length: 40 }, (_, i) => {
+          if (i % 10 === 3)
+            return store.driver.transaction(
+              (tx) => tx.get<{ value: string }>('SELECT value FROM settings WHERE name = ?', ['read-me']),
+              single,
+            );
+          return store.driver
+            .transaction(
+              (tx) => tx.run('INSERT INTO settings (name, value) VALUES (?, ?)', [name(i), `v${i}`]),
+              single,
+            )
+            .then(async (changed) => {
+              // Resolved means committed: another connection sees the row at once.
+              const row = await observer.driver.get<{ value: string }>(
+                'SELECT value FROM settings WHERE name = ?',
+                [name(i)],
+              );
+              return { changed, seen: row?.value };
+            });
+        }),
+      );
+    }
+
+    it('one-statement transactions at once (inserts merged on PostgreSQL): each answers its own statement once committed', async () => {
+      await store.driver.run('INSERT INTO settings (name, value) VALUES (?, ?)', ['read-me', 'r']);
+      const outcomes = await oneStatementWave((i) => `one-${i}`);
+      for (const [i, outcome] of outcomes.entries()) {
+        if (i % 10 === 3)
+          expect(outcome, `unit ${i}`).toEqual({ status: 'fulfilled', value: { value: 'r' } });
+        else
+          expect(outcome, `unit ${i}`).toEqual({ status: 'fulfilled', value: { changed: 1, seen: `v${i}` } });
+      }
+      const rows = await observer.driver.all("SELECT name FROM settings WHERE name LIKE 'one-%'");
+      expect(rows).toHaveLength(36);
+    });
+
+    it('one-statement transactions at once, two of which insert a name that exists: only those fail, the rest commit once', async () => {
+      await store.driver.run('INSERT INTO settings (name, value) VALUES (?, ?)', ['read-me', 'r']);
+      await store.driver.run('INSERT INTO settings (name, value) VALUES (?, ?)', ['taken', 'before']);
+      const taken = (i: number) => i === 7 || i === 31;
+      const outcomes = await oneStatementWave((i) => (taken(i) ? 'taken' : `two-${i}`));
+      for (const [i, outcome] of outcomes.entries()) {
+        if (i % 10 === 3)
+          expect(outcome, `unit ${i}`).toEqual({ status: 'fulfilled', value: { value: 'r' } });
+        else if (taken(i)) expect(outcome.status, `unit ${i}`).toBe('rejected');
+        else
+          expect(outcome, `unit ${i}`).toEqual({ status: 'fulfilled', value: { changed: 1, seen: `v${i}` } });
+      }
+      const rows = await observer.driver.all("SELECT name FROM settings WHERE name LIKE 'two-%'");
+      expect(rows).toHaveLength(34);
+      expect(await observer.driver.get('SELECT value FROM settings WHERE name = ?', ['taken'])).toEqual({
+        value: 'before',
+      });
+    });
+
     it('a transaction alone that fails leaves nothing, and the next one commits', async () => {
       await expect(
         store.transaction(async (tx) => {

@@ -38,21 +38,42 @@ function statement(sql: string): { text: string; name: string | undefined } {
   return known;
 }
 
+/** One statement on `client`, prepared by name while there is room. */
+function query(client: pg.Pool | pg.PoolClient, sql: string, params: readonly unknown[]) {
+  const { text, name } = statement(sql);
+  return client.query(
+    name ? { name, text, values: params as unknown[] } : { text, values: params as unknown[] },
+  );
+}
+
+/** `INSERT INTO t (…) VALUES (?, …)` and nothing more: the rows of several can go in one statement. */
+const SIMPLE_INSERT = /^(\s*INSERT INTO \w+ \([^)]*\)\s*VALUES )(\((?:\?, )*\?\))\s*$/;
+
+/** A statement a unit of a one-statement group asked for, answered once the group is committed. */
+interface Asked {
+  method: 'all' | 'get' | 'run';
+  sql: string;
+  params: readonly unknown[];
+  resolve(value: unknown): void;
+  reject(error: unknown): void;
+}
+
+/** What `method` answers of a statement's result. */
+function answer(method: Asked['method'], result: pg.QueryResult): unknown {
+  if (method === 'all') return result.rows;
+  if (method === 'get') return result.rows[0];
+  return result.rowCount ?? 0;
+}
+
 function executor(client: pg.Pool | pg.PoolClient): SqlExecutor {
-  const query = (sql: string, params: readonly unknown[]) => {
-    const { text, name } = statement(sql);
-    return client.query(
-      name ? { name, text, values: params as unknown[] } : { text, values: params as unknown[] },
-    );
-  };
   // Each statement is timed with its round trip (and, on the pool, any wait for a free connection).
   return {
     all: async <T>(sql: string, params: readonly unknown[] = []) =>
-      (await timeStoreOperation('all', () => query(sql, params))).rows as T[],
+      (await timeStoreOperation('all', () => query(client, sql, params))).rows as T[],
     get: async <T>(sql: string, params: readonly unknown[] = []) =>
-      (await timeStoreOperation('get', () => query(sql, params))).rows[0] as T | undefined,
+      (await timeStoreOperation('get', () => query(client, sql, params))).rows[0] as T | undefined,
     run: async (sql: string, params: readonly unknown[] = []) =>
-      (await timeStoreOperation('run', () => query(sql, params))).rowCount ?? 0,
+      (await timeStoreOperation('run', () => query(client, sql, params))).rowCount ?? 0,
   };
 }
 
@@ -152,6 +173,7 @@ export class PostgresDriver implements SqlDriver {
   }
 
   async #commitGroup(units: GroupUnit[]): Promise<void> {
+    if (units.length > 1 && units.every((unit) => unit.oneStatement)) return this.#commitStatements(units);
     const [first] = units as [GroupUnit];
     // A group of one statement commits by itself: no BEGIN, no COMMIT.
     if (units.length === 1 && first.oneStatement)
@@ -174,6 +196,81 @@ export class PostgresDriver implements SqlDriver {
     client.release();
     units.forEach((unit, i) => {
       unit.resolve(values[i]);
+    });
+  }
+
+  /**
+   * A group whose units each issue one statement: their statements are gathered first, inserts into
+   * the same table merged into one multi-row INSERT, and the lot committed in one transaction, each
+   * unit answered once it is committed. Should it fail, each statement runs again on its own.
+   */
+  async #commitStatements(units: GroupUnit[]): Promise<void> {
+    const asked: Asked[] = [];
+    let gathering = true;
+    await Promise.all(
+      units.map(
+        (unit) =>
+          new Promise<void>((ready) => {
+            const ask =
+              (method: Asked['method']) =>
+              (sql: string, params: readonly unknown[] = []): Promise<never> => {
+                // A second statement (not what the unit promised) runs by itself.
+                if (!gathering) return this.#executor[method](sql, params) as Promise<never>;
+                return new Promise((resolve, reject) => {
+                  asked.push({ method, sql, params, resolve, reject });
+                  ready();
+                });
+              };
+            const tx = { all: ask('all'), get: ask('get'), run: ask('run') } as SqlExecutor;
+            Promise.resolve()
+              .then(() => unit.fn(tx))
+              .then(unit.resolve, unit.reject)
+              .finally(ready);
+          }),
+      ),
+    );
+    gathering = false;
+    if (asked.length === 0) return;
+    const steps: Array<{ sql: string; params: unknown[]; asked: Asked[] }> = [];
+    const inserts = new Map<string, Asked[]>();
+    for (const one of asked) {
+      if (one.method === 'run' && SIMPLE_INSERT.test(one.sql)) {
+        const same = inserts.get(one.sql);
+        if (same) same.push(one);
+        else inserts.set(one.sql, [one]);
+      } else steps.push({ sql: one.sql, params: [...one.params], asked: [one] });
+    }
+    for (const [sql, same] of inserts) {
+      const [, head, row] = SIMPLE_INSERT.exec(sql) as unknown as [string, string, string];
+      steps.unshift({
+        sql: same.length === 1 ? sql : `${head}${same.map(() => row).join(', ')}`,
+        params: same.flatMap((one) => one.params),
+        asked: same,
+      });
+    }
+    let client: pg.PoolClient | undefined;
+    const results: pg.QueryResult[] = [];
+    try {
+      client = await this.#pool.connect();
+      const on = client;
+      if (steps.length > 1) await client.query('BEGIN');
+      for (const step of steps)
+        results.push(await timeStoreOperation('run', () => query(on, step.sql, step.params)));
+      if (steps.length > 1) await client.query('COMMIT');
+    } catch {
+      if (steps.length > 1) await client?.query('ROLLBACK').catch(() => undefined);
+      client?.release();
+      await Promise.all(
+        asked.map((one) => this.#executor[one.method](one.sql, one.params).then(one.resolve, one.reject)),
+      );
+      return;
+    }
+    client.release();
+    steps.forEach((step, i) => {
+      const result = results[i] as pg.QueryResult;
+      // A merged insert added one row for each.
+      if (step.asked.length > 1) for (const one of step.asked) one.resolve(1);
+      else step.asked[0]?.resolve(answer(step.asked[0].method, result));
     });
   }
 
