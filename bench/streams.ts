@@ -9,7 +9,7 @@
  *
  * Environment: BENCH_STREAMS_N (256 concurrent streams), BENCH_STREAMS_CHUNKS (100 content chunks per
  * stream), BENCH_STREAMS_GAP_MS (20 ms between them), BENCH_STREAMS_WARMUP (N: rounds of that many
- * concurrent streams per target first), BENCH_STREAMS_WARMUP_ROUNDS (3), BENCH_STREAMS_RUNS (3 measured
+ * concurrent streams per target first), BENCH_STREAMS_WARMUP_ROUNDS (8), BENCH_STREAMS_RUNS (3 measured
  * runs at N; each figure is their median), BENCH_STREAMS_POSTGRES_URL (postgres://postgres@127.0.0.1:5432/test; a fresh schema, dropped
  * after), BENCH_STREAMS_RAMP=0 (skips the capacity ramp: 64, 128, … 1024 concurrent streams, then
  * steps of 512), BENCH_STREAMS_MAX (4096: the ramp's last level), BENCH_STREAMS_WRITE=0 (print only), BENCH_STREAMS_PROFILE_DIR (diagnostic: the Kiln
@@ -48,7 +48,7 @@ const N = Number(env.BENCH_STREAMS_N ?? 256);
 const CHUNKS = Number(env.BENCH_STREAMS_CHUNKS ?? 100);
 const GAP_MS = Number(env.BENCH_STREAMS_GAP_MS ?? 20);
 const WARMUP = Number(env.BENCH_STREAMS_WARMUP ?? N);
-const WARMUP_ROUNDS = Number(env.BENCH_STREAMS_WARMUP_ROUNDS ?? 3);
+const WARMUP_ROUNDS = Number(env.BENCH_STREAMS_WARMUP_ROUNDS ?? 8);
 const RUNS = Math.max(1, Number(env.BENCH_STREAMS_RUNS ?? 3));
 const POSTGRES_URL = env.BENCH_STREAMS_POSTGRES_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
 const RAMP = env.BENCH_STREAMS_RAMP !== '0';
