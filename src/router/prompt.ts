@@ -1,4 +1,4 @@
-import { createHash } from 'node:crypto';
+import { hash } from 'node:crypto';
 import type { ChatMessage } from '../engines/types.js';
 
 /** The text of a message's content: a string, or the `text` of its content parts. */
@@ -39,11 +39,7 @@ export function blockChain(text: string, blockChars: number): string[] {
   const keys: string[] = [];
   let previous = '';
   for (let at = 0; at + blockChars <= text.length; at += blockChars) {
-    previous = createHash('sha1')
-      .update(previous)
-      .update(text.slice(at, at + blockChars))
-      .digest('base64')
-      .slice(0, 16);
+    previous = hash('sha1', previous + text.slice(at, at + blockChars), 'base64').slice(0, 16);
     keys.push(previous);
   }
   return keys;
