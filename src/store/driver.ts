@@ -54,7 +54,8 @@ export interface SqlDriver extends SqlExecutor {
   notify(channel: Channel, payload: string): Promise<void>;
   /**
    * A number that moves whenever another connection — another process — has committed to the
-   * database (SQLite's `data_version`); absent where other processes notify instead (PostgreSQL).
+   * database (SQLite's `data_version`, read at most once per turn of the event loop); absent where
+   * other processes notify instead (PostgreSQL).
    */
   externalVersion?(): number;
   /** Subscribes to a channel; answers the function that unsubscribes. */

@@ -52,6 +52,7 @@ export class SqliteDriver implements SqlDriver {
   #inTransaction = false;
   #checkpointer: Checkpointer | undefined;
   readonly #group: GroupUnit[] = [];
+  #version: number | undefined;
   /** SQLite's store belongs to one process, so its notifications never need to leave it. */
   readonly #events = new EventEmitter().setMaxListeners(0);
   readonly #dataVersion: Database.Statement;
@@ -169,8 +170,15 @@ export class SqliteDriver implements SqlDriver {
     });
   }
 
+  /** Read once per turn of the event loop: requests handled in the same turn share the reading. */
   externalVersion(): number {
-    return this.#dataVersion.get() as number;
+    if (this.#version === undefined) {
+      this.#version = this.#dataVersion.get() as number;
+      setImmediate(() => {
+        this.#version = undefined;
+      });
+    }
+    return this.#version;
   }
 
   async exec(script: string): Promise<void> {
