@@ -279,8 +279,11 @@ export class JobService {
     outcome: JobOutcome,
     /** Everyone waiting on the job is in this process (a sync or stream job run where it was submitted). */
     waitersHere = false,
-    /** The job as its runner holds it: whether its end also settles admissions or queues a webhook. */
-    known?: Pick<JobRow, 'metered' | 'webhook_url'>,
+    /**
+     * The job as its runner holds it: whether its end also settles admissions or queues a webhook,
+     * and the row the terminal one is built from (no read back).
+     */
+    known?: JobRow,
   ): Promise<JobRow | undefined> {
     const now = Date.now();
     // On PostgreSQL a job's end and its usage row are one statement; admissions and webhooks add more.
@@ -288,7 +291,7 @@ export class JobService {
       known !== undefined && !known.metered && !known.webhook_url && this.store.dialect === 'postgres';
     const job = await this.store.transaction(
       async (tx) => {
-        const row = await tx.jobs.finish(id, guard, outcome, now, this.settings.retentionMs);
+        const row = await tx.jobs.finish(id, guard, outcome, now, this.settings.retentionMs, known);
         if (!row) return undefined;
         // The reservation gives way to what the job really used, in the same commit: nothing leaks.
         if (row.metered) await tx.admissions.settle(row.id, this.#used(row, outcome));

@@ -90,6 +90,34 @@ for (const storeCase of storeCases) {
       expect(await store.usage.countForJob(job.id)).toBe(1);
     });
 
+    it('the terminal row its runner is answered, built from the row it holds, is the row the store keeps', async () => {
+      for (const [status, outcome] of [
+        [
+          'completed',
+          { status: 'completed', result: { text: 'héllo 🔥' }, meta: { route: { engine: 'e' } } },
+        ],
+        [
+          'failed',
+          { status: 'failed', error: { code: 'inference-failed', message: 'no', details: { a: 1 } } },
+        ],
+      ] as const) {
+        await submit();
+        const held = (await claim('w1')) as JobRow;
+        // The run moves its progress meanwhile: the answer must carry the store's value.
+        await store.jobs.setProgress(held.id, 'w1', held.attempts, 0.5);
+        const done = await jobs.finish(
+          held.id,
+          { by: 'worker', owner: 'w1', attempt: 1 },
+          outcome,
+          false,
+          held,
+        );
+        expect(done?.status, status).toBe(status);
+        expect(done, status).toEqual(await store.jobs.byId(held.id));
+        expect(await store.usage.countForJob(held.id), status).toBe(1);
+      }
+    });
+
     it('a run whose lease lapsed cannot finish or renew after the same worker reclaimed the job', async () => {
       const job = await submit();
       await claim('w1', -1);

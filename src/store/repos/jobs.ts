@@ -202,7 +202,9 @@ export class JobRepository {
   /**
    * Makes the job terminal if `guard` still holds, and writes its one usage-ledger row with it;
    * answers the terminal row, or undefined if another party won. PostgreSQL does both in one
-   * statement (one round trip); SQLite, whose statements cost no round trip, in two.
+   * statement (one round trip); SQLite, whose statements cost no round trip, in two. With the row as
+   * its runner holds it (`known`), the terminal row is built from it rather than read back: only the
+   * columns the run may have moved (progress, meta) come back.
    */
   async finish(
     id: string,
@@ -210,12 +212,12 @@ export class JobRepository {
     outcome: JobOutcome,
     now: number,
     retentionMs: number,
+    known?: JobRow,
   ): Promise<JobRow | undefined> {
     const update = `UPDATE jobs SET status = ?, result = ?, error_code = ?, error_message = ?, error_details = ?,
          finished_at = ?, expires_at = ?, lease_owner = NULL, lease_expires_at = NULL, meta = COALESCE(?, meta),
          progress = CASE WHEN ? = 'completed' THEN 1 ELSE progress END
-       WHERE id = ? AND ${GUARDS[guard.by]}
-       RETURNING *`;
+       WHERE id = ? AND ${GUARDS[guard.by]}`;
     const params = [
       outcome.status,
       json(outcome.result),
@@ -230,20 +232,48 @@ export class JobRepository {
       ...guardValues(guard),
     ];
     const units = [outcome.usage?.inputUnits ?? 0, outcome.usage?.outputUnits ?? 0];
+    const returning = known
+      ? 'RETURNING id, org_id, key_id, kind, status, started_at, finished_at, progress, meta'
+      : 'RETURNING *';
+    let row: JobRow | undefined;
     if (this.dialect.name === 'postgres') {
-      return this.db.get<JobRow>(
-        `WITH finished AS (${update}), ledger AS (${LEDGER_INSERT} SELECT ${LEDGER_VALUES} FROM finished ${LEDGER_CONFLICT})
+      row = await this.db.get<JobRow>(
+        `WITH finished AS (${update} ${returning}), ledger AS (${LEDGER_INSERT} SELECT ${LEDGER_VALUES} FROM finished ${LEDGER_CONFLICT})
          SELECT * FROM finished`,
         [...params, ...units],
       );
+    } else {
+      row = await this.db.get<JobRow>(`${update} ${returning}`, params);
+      if (row) {
+        const runMs =
+          row.started_at === null || row.finished_at === null ? 0 : row.finished_at - row.started_at;
+        await this.db.run(`${LEDGER_INSERT} VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ${LEDGER_CONFLICT}`, [
+          row.id,
+          row.org_id,
+          row.key_id,
+          row.kind,
+          row.status,
+          runMs,
+          ...units,
+          row.finished_at,
+        ]);
+      }
     }
-    const row = await this.db.get<JobRow>(update, params);
-    if (row)
-      await this.db.run(
-        `${LEDGER_INSERT} SELECT ${LEDGER_VALUES} FROM jobs WHERE id = ? ${LEDGER_CONFLICT}`,
-        [...units, id],
-      );
-    return row;
+    if (!row || !known) return row;
+    return {
+      ...known,
+      status: outcome.status,
+      result: params[1] as string | null,
+      error_code: params[2] as string | null,
+      error_message: params[3] as string | null,
+      error_details: params[4] as string | null,
+      finished_at: now,
+      expires_at: now + retentionMs,
+      lease_owner: null,
+      lease_expires_at: null,
+      meta: row.meta,
+      progress: row.progress,
+    };
   }
 
   /**
