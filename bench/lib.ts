@@ -299,6 +299,8 @@ export interface KilnSettings {
   storeUrl?: string | undefined;
   /** Extra node options (e.g. --cpu-prof). */
   nodeArgs?: string[];
+  /** Another checkout whose built `bin/kiln.js` runs instead of this one's (bench/ab.ts). */
+  checkout?: string;
   logLevel: string;
 }
 
@@ -331,7 +333,8 @@ engines:
     max_concurrency: ${s.maxConcurrency}
 `,
   );
-  const child = startChild(name, [...(s.nodeArgs ?? []), path.join(root, 'bin', 'kiln.js'), 'serve'], {
+  const kilnBin = path.join(s.checkout ?? root, 'bin', 'kiln.js');
+  const child = startChild(name, [...(s.nodeArgs ?? []), kilnBin, 'serve'], {
     KILN_CONFIG: configFile,
     KILN_LOG_LEVEL: s.logLevel,
     ...(s.storeUrl ? { KILN_STORE_URL: s.storeUrl } : {}),
