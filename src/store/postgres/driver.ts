@@ -176,8 +176,10 @@ export class PostgresDriver implements SqlDriver {
     if (units.length > 1 && units.every((unit) => unit.oneStatement)) return this.#commitStatements(units);
     const [first] = units as [GroupUnit];
     // A group of one statement commits by itself: no BEGIN, no COMMIT.
-    if (units.length === 1 && first.oneStatement)
-      return void first.fn(this.#executor).then(first.resolve, first.reject);
+    if (units.length === 1 && first.oneStatement) {
+      await first.fn(this.#executor).then(first.resolve, first.reject);
+      return;
+    }
     if (units.length === 1) return this.#commitAlone(first);
     const values: unknown[] = [];
     let client: pg.PoolClient | undefined;
@@ -254,8 +256,10 @@ export class PostgresDriver implements SqlDriver {
       client = await this.#pool.connect();
       const on = client;
       if (steps.length > 1) await client.query('BEGIN');
-      for (const step of steps)
-        results.push(await timeStoreOperation('run', () => query(on, step.sql, step.params)));
+      for (const step of steps) {
+        const method = step.asked.length > 1 ? 'run' : (step.asked[0] as Asked).method;
+        results.push(await timeStoreOperation(method, () => query(on, step.sql, step.params)));
+      }
       if (steps.length > 1) await client.query('COMMIT');
     } catch {
       if (steps.length > 1) await client?.query('ROLLBACK').catch(() => undefined);
