@@ -24,13 +24,16 @@ import { existsSync, mkdtempSync, readFileSync } from 'node:fs';
 import { loadavg, tmpdir } from 'node:os';
 import path from 'node:path';
 import {
+  freePort,
   type Kiln,
   machine,
   portkeyHeaders,
   publishSection,
+  ready,
   runBench,
   type Server,
   scratchDir,
+  startChild,
   startKiln,
   startPortkey,
   startUpstream,
@@ -70,9 +73,10 @@ const SPARE_FDS = 256;
 
 const workload: Workload = { model: MODEL, chunks: CHUNKS };
 
-type Kind = 'direct' | 'sqlite' | 'postgres' | 'portkey';
+type Kind = 'direct' | 'bare' | 'sqlite' | 'postgres' | 'portkey';
 const NAMES: Record<Kind, string> = {
   direct: 'direct',
+  bare: 'bare Node relay',
   sqlite: 'Kiln (SQLite)',
   postgres: 'Kiln (PostgreSQL)',
   portkey: 'Portkey',
@@ -107,6 +111,20 @@ interface Running {
 
 async function start(kind: Kind, upstream: Server, work: string): Promise<Running> {
   const json = { 'content-type': 'application/json' };
+  if (kind === 'bare') {
+    const port = await freePort();
+    const child = startChild(
+      'bare relay',
+      ['--import', 'tsx', 'bench/streams/bare-relay.ts', `--port=${port}`, `--upstream=${upstream.url}`],
+      {},
+    );
+    const origin = `http://127.0.0.1:${port}`;
+    await ready(child, `${origin}/health`);
+    return {
+      target: { name: NAMES[kind], origin, headers: json, probePath: '/health', pid: child.process.pid },
+      stop: () => child.stop(),
+    };
+  }
   if (kind === 'direct') {
     return {
       target: {
@@ -245,7 +263,7 @@ async function measure(
     }
     const main = medianOf(runs);
     const ramp: RunResult[] = [];
-    if (kind !== 'portkey') {
+    if (kind !== 'portkey' && kind !== 'bare') {
       for (const [i, level] of levels.entries()) {
         const paced = direct?.ramp[i];
         if (direct && !(paced && keepsPace(paced))) break;
@@ -358,14 +376,18 @@ ${[of('sqlite'), of('postgres')].map((m) => capacity(m, direct, levels, leftOut)
 ${new Date().toISOString().slice(0, 10)} · ${machine()} · \`${commandLine()}\`
 
 ${N} streams started together, each a \`POST /v1/chat/completions\` with \`stream: true\` and
-\`stream_options.include_usage\` and a unique prompt, sent straight to a canned upstream, through Kiln
-on SQLite, through Kiln on PostgreSQL and through the Portkey gateway (\`@portkey-ai/gateway\` 1.15.2).
+\`stream_options.include_usage\` and a unique prompt, sent straight to a canned upstream, through a bare
+Node relay, through Kiln on SQLite, through Kiln on PostgreSQL and through the Portkey gateway
+(\`@portkey-ai/gateway\` 1.15.2).
 Each target runs in turn, as a process of its own with an upstream process of its own, on this machine
 over loopback, sharing its CPUs with this client:
 
 - the upstream, \`bench/upstream.ts --chunks=${CHUNKS} --gap-ms=${GAP_MS}\`: node:http answering each stream with
   ${CHUNKS} content chunks, one at once and then one every ${GAP_MS} ms on a timer per stream (one write per event,
   precomputed strings), then the finish chunk, the usage chunk and \`data: [DONE]\`;
+- the bare Node relay, \`bench/streams/bare-relay.ts\`: node:http in, an undici dispatch handler out, each
+  read from the upstream written onto the client's socket as an HTTP chunk as it arrives — no parsing,
+  auth, job or store: the floor for any gateway written in Node, on this machine (no ramp);
 - \`kiln serve\` ×2: a fresh SQLite data dir, or a fresh schema on PostgreSQL (\`${POSTGRES_URL}\`, \`store.pool_size\`
   at its default, dropped after); one engine pool (\`serves: unique\`) on the upstream with
   \`max_concurrency: ${KILN_MAX_CONCURRENCY}\`, \`jobs.workers: ${KILN_WORKERS}\` (the most it takes) and \`KILN_LOG_LEVEL=${KILN_LOG_LEVEL}\`; the admin key;
@@ -409,7 +431,7 @@ async function main(): Promise<void> {
     console.log(`open-files limit ${files}: ramp levels ${leftOut.join(', ')} left out (ulimit -n)`);
 
   const results: Measured[] = [];
-  for (const kind of ['direct', 'sqlite', 'postgres', 'portkey'] as const) {
+  for (const kind of ['direct', 'bare', 'sqlite', 'postgres', 'portkey'] as const) {
     const direct = results.find((m) => m.kind === 'direct');
     results.push(await measure(kind, levels, direct, work));
   }
