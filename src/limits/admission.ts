@@ -126,6 +126,9 @@ export class Limiter {
     now: number,
   ): Promise<Verdict> {
     for (const s of scopes) await tx.admissions.lock(s.scope, s.id);
+    // The windows as of now, after the lock: an admission another gateway committed while this one
+    // waited may be younger than `now`, which would put its room more than a minute away.
+    const at = Math.max(now, Date.now());
     const violations: Violation[] = [];
     const windows: RateWindows = {};
     for (const s of scopes) {
@@ -141,16 +144,17 @@ export class Limiter {
       const rpm = limits.requests_per_minute;
       const tpm = limits.tokens_per_minute;
       if (rpm !== undefined || tpm !== undefined) {
-        const since = now - MINUTE_MS;
+        const since = at - MINUTE_MS;
         const window = await tx.admissions.window(s.scope, s.id, since);
-        // The window frees its oldest admission first.
-        const firstOut = window.oldest === null ? MINUTE_MS : window.oldest + MINUTE_MS - now;
+        // The window frees its oldest admission first, within a minute (clocks of gateways may differ).
+        const leaves = (createdAt: number) => Math.min(MINUTE_MS, createdAt + MINUTE_MS - at);
+        const firstOut = window.oldest === null ? MINUTE_MS : leaves(window.oldest);
         if (rpm !== undefined) {
           if (window.count >= rpm) {
             // Room for one more once all but rpm - 1 of them have left the window.
             const freeing = await tx.admissions.nth(s.scope, s.id, since, window.count - rpm);
-            const retry = freeing === undefined ? firstOut : freeing + MINUTE_MS - now;
-            over('requests_per_minute', window.count, rpm, retry, now + retry);
+            const retry = freeing === undefined ? firstOut : leaves(freeing);
+            over('requests_per_minute', window.count, rpm, retry, at + retry);
           }
           windows.requests = tighter(windows.requests, {
             limit: rpm,
@@ -165,10 +169,10 @@ export class Limiter {
             let retry = firstOut;
             for (const r of await tx.admissions.since(s.scope, s.id, since)) {
               used -= r.tokens;
-              retry = r.created_at + MINUTE_MS - now;
+              retry = leaves(r.created_at);
               if (used < tpm) break;
             }
-            over('tokens_per_minute', window.tokens, tpm, retry, now + retry);
+            over('tokens_per_minute', window.tokens, tpm, retry, at + retry);
           }
           windows.tokens = tighter(windows.tokens, {
             limit: tpm,

@@ -28,6 +28,28 @@ for (const storeCase of storeCases) {
     const sleep = (key: string, body: Record<string, unknown>) =>
       kiln.call('POST', '/v1/test/sleep', { key, body });
 
+    it('admissions younger than the request (another gateway, a clock slightly ahead) never put Retry-After past a minute', async () => {
+      const { key, id } = await limitedKey(kiln, 'rpm-ahead-org', { requests_per_minute: 2 });
+      const [record] = await kiln.server.store.keys.list(
+        (await kiln.server.store.orgs.byName('rpm-ahead-org'))?.id,
+      );
+      for (const n of [1, 2])
+        await kiln.server.store.admissions.insert({
+          job_id: `ahead-${n}`,
+          key_id: id,
+          org_id: record?.org_id as string,
+          created_at: Date.now() + 1500,
+          tokens: 0,
+          media_ms: 0,
+          held: 0,
+        });
+      const refused = await sleep(key, { ms: 1, mode: 'sync' });
+      expect(refused.status).toBe(429);
+      expect(Number(refused.headers.get('retry-after'))).toBeLessThanOrEqual(60);
+      expect(Number(refused.headers.get('retry-after-ms'))).toBeLessThanOrEqual(60_000);
+      expect(Number(refused.headers.get('retry-after-ms'))).toBeGreaterThan(58_000);
+    });
+
     it('requests_per_minute admits that many, then answers 429 rate-limited with Retry-After and OpenAI headers', async () => {
       const { key } = await limitedKey(kiln, 'rpm-org', { requests_per_minute: 3 });
       const answers = [];
