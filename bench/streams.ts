@@ -400,7 +400,7 @@ over loopback, sharing its CPUs with this client:
 ${WARMUP_ROUNDS} warm-up rounds of ${WARMUP} concurrent streams per target first, so that a gateway's upstream connections
 are open and its code compiled, as after hours of serving (one round was not enough: V8 had not yet optimised the
 start path, and the next rounds measured up to a third less CPU per chunk). Then ${RUNS} measured runs of ${N}
-streams; each figure in the table is the median of the ${RUNS} runs' (this machine's runs differ by ±15 %). TTFT = from sending the request to the first chunk carrying content;
+streams; each figure in the table is the median of the ${RUNS} runs' (runs on this machine differed by up to a third within an hour). TTFT = from sending the request to the first chunk carrying content;
 gap = between consecutive content chunks of a stream, over every stream; added = the target's figure
 minus direct's at the same percentile. CPU µs/chunk = CPU time of the target's process (the upstream's
 for direct: the physical limit) over the run, from /proc, divided by the data events the client received
