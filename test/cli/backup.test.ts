@@ -6,6 +6,7 @@ import Database from 'better-sqlite3';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { latestVersion } from '../../src/store/migrations.js';
 import { KILN_BIN, type Kiln, kilnWith } from '../helpers/cli.js';
+import { callGateway as call } from '../helpers/http.js';
 import {
   type KilnProcess,
   type ProcessWorld,
@@ -27,25 +28,6 @@ const sha256 = (text: string) => createHash('sha256').update(text, 'utf8').diges
 
 /** Saved once before anything else and never touched again: what every copy must still serve. */
 const RUNBOOK = { name: 'ops/runbook', content: 'Drain web-1, ship, undrain. — ünïcødé 🚀\n' };
-
-async function call(
-  base: string,
-  key: string,
-  method: string,
-  route: string,
-  body?: unknown,
-): Promise<{ status: number; body: any }> {
-  const response = await fetch(`${base}${route}`, {
-    method,
-    headers: {
-      authorization: `Bearer ${key}`,
-      ...(body === undefined ? {} : { 'content-type': 'application/json' }),
-    },
-    ...(body === undefined ? {} : { body: JSON.stringify(body) }),
-  });
-  const text = await response.text();
-  return { status: response.status, body: text ? JSON.parse(text) : undefined };
-}
 
 /** Starts `kiln serve` (the built CLI) with `env`; answers it once it listens, with its URL. */
 async function serve(

@@ -5,6 +5,7 @@ import type { LlmSim } from '../../src/sim/llm/server.js';
 import type { Admission } from '../../src/store/repos/admissions.js';
 import type { JobRow } from '../../src/store/types.js';
 import { closeAll, engine, simPool } from '../chat/fleet.js';
+import { callGateway as call } from '../helpers/http.js';
 import {
   type KilnProcess,
   killAll,
@@ -25,35 +26,6 @@ import { caseTitle, type StoreCase, storeCases } from '../helpers/stores.js';
 const postgres = storeCases.find((c) => c.name === 'postgres') as StoreCase;
 
 type Gateway = KilnProcess & { url: string };
-interface Answer {
-  status: number;
-  body: any;
-  headers: Headers;
-}
-
-async function call(
-  base: string,
-  key: string,
-  method: string,
-  route: string,
-  body?: unknown,
-): Promise<Answer> {
-  const response = await fetch(`${base}${route}`, {
-    method,
-    headers: {
-      authorization: `Bearer ${key}`,
-      ...(body === undefined ? {} : { 'content-type': 'application/json' }),
-    },
-    ...(body === undefined ? {} : { body: JSON.stringify(body) }),
-  });
-  const text = await response.text();
-  let parsed: unknown = text;
-  try {
-    parsed = JSON.parse(text);
-  } catch {}
-  return { status: response.status, body: parsed, headers: response.headers };
-}
-
 /** A new organisation and a key of it with `limits`, made through a gateway's admin API. */
 async function limitedKey(
   gateway: Gateway,
