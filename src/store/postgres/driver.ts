@@ -67,13 +67,12 @@ function answer(method: Asked['method'], result: pg.QueryResult): unknown {
 
 function executor(client: pg.Pool | pg.PoolClient): SqlExecutor {
   // Each statement is timed with its round trip (and, on the pool, any wait for a free connection).
+  const run = async (method: Asked['method'], sql: string, params: readonly unknown[] = []) =>
+    answer(method, await timeStoreOperation(method, () => query(client, sql, params)));
   return {
-    all: async <T>(sql: string, params: readonly unknown[] = []) =>
-      (await timeStoreOperation('all', () => query(client, sql, params))).rows as T[],
-    get: async <T>(sql: string, params: readonly unknown[] = []) =>
-      (await timeStoreOperation('get', () => query(client, sql, params))).rows[0] as T | undefined,
-    run: async (sql: string, params: readonly unknown[] = []) =>
-      (await timeStoreOperation('run', () => query(client, sql, params))).rowCount ?? 0,
+    all: <T>(sql: string, params?: readonly unknown[]) => run('all', sql, params) as Promise<T[]>,
+    get: <T>(sql: string, params?: readonly unknown[]) => run('get', sql, params) as Promise<T | undefined>,
+    run: (sql: string, params?: readonly unknown[]) => run('run', sql, params) as Promise<number>,
   };
 }
 
