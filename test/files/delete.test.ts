@@ -2,6 +2,7 @@ import { existsSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type ComfySim, startComfySim } from '../../src/sim/comfyui/server.js';
+import { statusOf } from '../helpers/http.js';
 import { waitUntil } from '../helpers/process.js';
 import { startTestServer, type TestServer } from '../helpers/server.js';
 import { caseTitle, storeCases } from '../helpers/stores.js';
@@ -39,7 +40,6 @@ for (const storeCase of storeCases) {
       const row = await kiln.server.store.files.find(fileId);
       return row ? existsSync(path.join(kiln.dataDir, 'files', row.storage_key)) : false;
     };
-    const fetchStatus = async (url: string) => (await fetch(url)).status;
 
     it('DELETE /v1/files/{id}: another organisation gets 404 and changes nothing; the owner deletes row, bytes and URLs', async () => {
       const image = await kiln.call('POST', '/v1/images/generations', {
@@ -53,12 +53,12 @@ for (const storeCase of storeCases) {
       const row = await kiln.server.store.files.find(fileId);
 
       expect((await kiln.call('DELETE', `/v1/files/${fileId}`, { key: stranger })).status).toBe(404);
-      expect(await fetchStatus(url)).toBe(200);
+      expect(await statusOf(url)).toBe(200);
 
       const deleted = await kiln.call('DELETE', `/v1/files/${fileId}`, { key: owner });
       expect(deleted.status).toBe(200);
       expect(deleted.body).toEqual({ id: fileId, object: 'file', deleted: true });
-      expect(await fetchStatus(url)).toBe(404);
+      expect(await statusOf(url)).toBe(404);
       expect((await kiln.call('GET', `/v1/files/${fileId}`, { key: owner })).status).toBe(404);
       expect(existsSync(path.join(kiln.dataDir, 'files', row?.storage_key as string))).toBe(false);
       expect((await kiln.call('DELETE', `/v1/files/${fileId}`, { key: owner })).status).toBe(404);
@@ -91,7 +91,7 @@ for (const storeCase of storeCases) {
       const poll = await kiln.call('GET', video.body.polling_url, { key: owner });
       expect(poll.status).toBe(410);
       expect(poll.body.error.code).toBe('job-expired');
-      expect(await fetchStatus(url)).toBe(404);
+      expect(await statusOf(url)).toBe(404);
       expect(await kiln.server.store.files.find(fileId)).toBeUndefined();
       const usageAfter = await kiln.call('GET', '/api/v1/usage', { key: owner });
       expect(usageAfter.body.data).toEqual(usageBefore.body.data);

@@ -28,3 +28,14 @@ export async function callGateway(
   } catch {}
   return { status: response.status, body: parsed, headers: response.headers };
 }
+
+/**
+ * The status of a GET of `url`, its body read to the end. A body left unread can hold the
+ * server's side of the connection open (a 2 MB image does not fit the socket's buffers), and a
+ * server being closed waits its whole shutdown grace for it.
+ */
+export async function statusOf(url: string, init?: RequestInit): Promise<number> {
+  const response = await fetch(url, init);
+  await response.arrayBuffer();
+  return response.status;
+}

@@ -6,6 +6,7 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Purger } from '../../src/retention/purge.js';
 import { type ComfySim, startComfySim } from '../../src/sim/comfyui/server.js';
+import { statusOf } from '../helpers/http.js';
 import { waitUntil } from '../helpers/process.js';
 import { startTestServer, type TestServer } from '../helpers/server.js';
 import { caseTitle, storeCases } from '../helpers/stores.js';
@@ -96,7 +97,7 @@ for (const storeCase of storeCases) {
       const url = done.result.data[0].url as string;
       const onDisk = await fileOnDisk(id);
       expect(existsSync(onDisk)).toBe(true);
-      expect((await fetch(url)).status).toBe(200);
+      expect(await statusOf(url)).toBe(200);
       const usageBefore = await kiln.call('GET', '/api/v1/usage', { key: member });
 
       const purged = await waitUntil(
@@ -106,7 +107,7 @@ for (const storeCase of storeCases) {
       );
       expect(purged).toBe(true);
       expect(existsSync(onDisk)).toBe(false);
-      expect((await fetch(url)).status).toBe(404);
+      expect(await statusOf(url)).toBe(404);
       expect(await kiln.server.store.files.byJob('', id)).toEqual([]);
       const usageAfter = await kiln.call('GET', '/api/v1/usage', { key: member });
       expect(usageAfter.body.data).toEqual(usageBefore.body.data);
@@ -123,7 +124,7 @@ for (const storeCase of storeCases) {
       const again = await kiln.call('GET', `/v1/jobs/${id}`, { key: member });
       const fresh = again.body.result.data[0].url as string;
       expect(expiresOf(fresh)).toBeGreaterThan(expiresOf(first));
-      expect((await fetch(fresh)).status).toBe(200);
+      expect(await statusOf(fresh)).toBe(200);
     });
 
     it('DELETE of a file and of a terminal job work at once; another organisation gets 404', async () => {
