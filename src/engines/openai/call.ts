@@ -7,6 +7,7 @@ import {
   type ReplicaTarget,
 } from '../types.js';
 import { CompletionAssembler } from './assemble.js';
+import { ContentChunkShape } from './chunk-shape.js';
 import { isContextLengthError } from './discovery.js';
 import { SseDecoder } from './sse.js';
 
@@ -71,6 +72,7 @@ export function asEngineError(error: unknown, replica: ReplicaTarget, beforeOutp
 export class ChatStreamCall implements Dispatcher.DispatchHandler {
   readonly #decoder = new SseDecoder();
   readonly #assembler = new CompletionAssembler();
+  #shape: ContentChunkShape | undefined;
   #controller: Dispatcher.DispatchController | undefined;
   #status = 0;
   #eventStream = false;
@@ -137,13 +139,19 @@ export class ChatStreamCall implements Dispatcher.DispatchHandler {
       this.#done = true;
       return;
     }
-    const chunk = JSON.parse(data) as ChatChunk & { error?: { message?: string } };
-    if (chunk.error) {
-      throw new EngineError(
-        `${this.replica.label} failed mid-answer: ${chunk.error.message}`,
-        'broken',
-        !this.#sent,
-      );
+    // Content chunks shaped like the last one learnt are read without parsing them whole.
+    let chunk = this.#shape?.read(data);
+    if (!chunk) {
+      const parsed = JSON.parse(data) as ChatChunk & { error?: { message?: string } };
+      if (parsed.error) {
+        throw new EngineError(
+          `${this.replica.label} failed mid-answer: ${parsed.error.message}`,
+          'broken',
+          !this.#sent,
+        );
+      }
+      chunk = parsed;
+      this.#shape = ContentChunkShape.learn(chunk, data) ?? this.#shape;
     }
     this.#assembler.add(chunk);
     if (this.#first) {
