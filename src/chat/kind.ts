@@ -113,7 +113,8 @@ export class ChunkRenamer {
     const known = this.#opening;
     if (
       known !== undefined &&
-      text.startsWith(known.engine) &&
+      // A slice and ===, not startsWith: see ContentChunkShape.read.
+      text.slice(0, known.engine.length) === known.engine &&
       chunk.id === known.id &&
       chunk.created === known.created &&
       chunk.model === known.model
