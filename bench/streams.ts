@@ -9,14 +9,15 @@
  *
  * Environment: BENCH_STREAMS_N (256 concurrent streams), BENCH_STREAMS_CHUNKS (100 content chunks per
  * stream), BENCH_STREAMS_GAP_MS (20 ms between them), BENCH_STREAMS_WARMUP (N: rounds of that many
- * concurrent streams per target first), BENCH_STREAMS_WARMUP_ROUNDS (8), BENCH_STREAMS_RUNS (3 measured
- * runs at N; each figure is their median), BENCH_STREAMS_POSTGRES_URL (postgres://postgres@127.0.0.1:5432/test; a fresh schema, dropped
+ * concurrent streams per target first), BENCH_STREAMS_WARMUP_ROUNDS (8), BENCH_STREAMS_RUNS (5 measured
+ * runs at N per target, the targets taken in turn; each figure is their median), BENCH_STREAMS_POSTGRES_URL (postgres://postgres@127.0.0.1:5432/test; a fresh schema, dropped
  * after), BENCH_STREAMS_RAMP=0 (skips the capacity ramp: 64, 128, … 1024 concurrent streams, then
  * steps of 512), BENCH_STREAMS_MAX (4096: the ramp's last level), BENCH_STREAMS_WRITE=0 (print only), BENCH_STREAMS_PROFILE_DIR (diagnostic: the Kiln
  * targets run under --cpu-prof and write their profiles there; no section is written).
  *
- * Every target is a process of its own on 127.0.0.1 with an upstream process of its own, measured one
- * after the other. The ramp needs file descriptors (a Kiln holds two sockets per stream: levels that
+ * Every target is a process of its own on 127.0.0.1 with an upstream process of its own. All are
+ * started and warmed up first; the measured runs then go round them in turn, so that this shared
+ * machine's drift reaches each alike; the ramp comes last. The ramp needs file descriptors (a Kiln holds two sockets per stream: levels that
  * the open-files limit cannot hold are left out, and said so) and ephemeral ports (a level opens as
  * many connections as streams; loopback reuses TIME_WAIT ports when net.ipv4.tcp_tw_reuse is on).
  */
@@ -52,7 +53,7 @@ const CHUNKS = Number(env.BENCH_STREAMS_CHUNKS ?? 100);
 const GAP_MS = Number(env.BENCH_STREAMS_GAP_MS ?? 20);
 const WARMUP = Number(env.BENCH_STREAMS_WARMUP ?? N);
 const WARMUP_ROUNDS = Number(env.BENCH_STREAMS_WARMUP_ROUNDS ?? 8);
-const RUNS = Math.max(1, Number(env.BENCH_STREAMS_RUNS ?? 3));
+const RUNS = Math.max(1, Number(env.BENCH_STREAMS_RUNS ?? 5));
 const POSTGRES_URL = env.BENCH_STREAMS_POSTGRES_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
 const RAMP = env.BENCH_STREAMS_RAMP !== '0';
 const MAX = Number(env.BENCH_STREAMS_MAX ?? 4096);
@@ -74,6 +75,8 @@ const SPARE_FDS = 256;
 const workload: Workload = { model: MODEL, chunks: CHUNKS };
 
 type Kind = 'direct' | 'bare' | 'sqlite' | 'postgres' | 'portkey';
+/** Every target, in the order each round of measured runs visits them. */
+const KINDS: readonly Kind[] = ['direct', 'bare', 'sqlite', 'postgres', 'portkey'];
 const NAMES: Record<Kind, string> = {
   direct: 'direct',
   bare: 'bare Node relay',
@@ -239,44 +242,91 @@ const keepsPace = (direct: RunResult) => errorCount(direct) === 0 && direct.gapP
 const holds = (r: RunResult, direct: RunResult) =>
   errorCount(r) === 0 && r.gapP99 - direct.gapP99 <= CAPACITY_GAP_MS;
 
-/**
- * One target from start to stop, with an upstream of its own: warm-up, N streams, then the ramp —
- * direct until it no longer keeps the pace, a Kiln over the levels where direct did, until one does
- * not hold against direct's at the same level.
- */
-async function measure(
-  kind: Kind,
-  levels: number[],
-  direct: Measured | undefined,
-  work: string,
-): Promise<Measured> {
+/** A target started, with an upstream of its own, and warmed up. */
+interface Live {
+  kind: Kind;
+  /** Names this target's runs for the client. */
+  run: string;
+  running: Running;
+  upstream: Server;
+}
+
+/** Starts `kind` on an upstream of its own and warms it up; it stays up until `bringDown`. */
+async function bringUp(kind: Kind, work: string): Promise<Live> {
   const run = `${Date.now().toString(36)}-${kind}`;
   const upstream = await startUpstream([`--chunks=${CHUNKS}`, `--gap-ms=${GAP_MS}`]);
-  let running: Running | undefined;
   try {
-    running = await start(kind, upstream, work);
-    await warmUp(running.target, run);
-    const runs: RunResult[] = [];
-    for (let i = 0; i < RUNS; i++) {
-      runs.push(await runStreams(running.target, N, workload, `${run}-${i}`));
-      report(runs[i] as RunResult);
+    const running = await start(kind, upstream, work);
+    const live = { kind, run, running, upstream };
+    try {
+      await warmUp(running.target, run);
+    } catch (error) {
+      await bringDown(live);
+      throw error;
     }
-    const main = medianOf(runs);
-    const ramp: RunResult[] = [];
-    if (kind !== 'portkey' && kind !== 'bare') {
-      for (const [i, level] of levels.entries()) {
-        const paced = direct?.ramp[i];
-        if (direct && !(paced && keepsPace(paced))) break;
-        const r = await runStreams(running.target, level, workload, `${run}-ramp-${level}`);
+    return live;
+  } catch (error) {
+    await upstream.child.stop();
+    throw error;
+  }
+}
+
+async function bringDown(live: Live): Promise<void> {
+  await live.running.stop();
+  await live.upstream.child.stop();
+}
+
+/**
+ * The ramp on a target already up: direct until it no longer keeps the pace, a Kiln over the levels
+ * where direct did, until one does not hold against direct's at the same level.
+ */
+async function rampOf(live: Live, levels: number[], direct: Measured | undefined): Promise<RunResult[]> {
+  const ramp: RunResult[] = [];
+  for (const [i, level] of levels.entries()) {
+    const paced = direct?.ramp[i];
+    if (direct && !(paced && keepsPace(paced))) break;
+    const r = await runStreams(live.running.target, level, workload, `${live.run}-ramp-${level}`);
+    report(r);
+    ramp.push(r);
+    if (paced ? !holds(r, paced) : !keepsPace(r)) break;
+  }
+  return ramp;
+}
+
+/**
+ * Every target up and warm at once; then the measured runs go round them in turn (each target's
+ * first run, then each one's second, …), so that a drift in this shared machine's speed reaches
+ * every target alike; then the ramp, direct's first.
+ */
+async function measureAll(levels: number[], work: string): Promise<Measured[]> {
+  const live: Live[] = [];
+  try {
+    for (const kind of KINDS) live.push(await bringUp(kind, work));
+    const runs = new Map<Kind, RunResult[]>(KINDS.map((kind) => [kind, []]));
+    for (let i = 0; i < RUNS; i++) {
+      for (const target of live) {
+        const r = await runStreams(target.running.target, N, workload, `${target.run}-${i}`);
         report(r);
-        ramp.push(r);
-        if (paced ? !holds(r, paced) : !keepsPace(r)) break;
+        runs.get(target.kind)?.push(r);
       }
     }
-    return { kind, main, ramp };
+    const results: Measured[] = live.map(({ kind }) => ({
+      kind,
+      main: medianOf(runs.get(kind) as RunResult[]),
+      ramp: [],
+    }));
+    const direct = results.find((m) => m.kind === 'direct');
+    for (const [i, target] of live.entries()) {
+      if (target.kind === 'portkey' || target.kind === 'bare') continue;
+      (results[i] as Measured).ramp = await rampOf(
+        target,
+        levels,
+        target.kind === 'direct' ? undefined : direct,
+      );
+    }
+    return results;
   } finally {
-    await running?.stop();
-    await upstream.child.stop();
+    for (const target of live) await bringDown(target);
   }
 }
 
@@ -353,6 +403,18 @@ function section(results: Measured[], levels: number[], leftOut: number[], start
       (r) => r.gapP99 - d.gapP99 <= 5,
     )}.`,
   ];
+  // The floor in the same runs: what no Node relay here does for less, whatever host the run lands on.
+  const bare = of('bare').main;
+  const floor = `Against the bare Node relay in the same runs (${us(bare)} µs per chunk, gap p99 added ${signed(
+    bare.gapP99 - d.gapP99,
+  )} ms, TTFT p99 added ${signed(bare.ttftP99 - d.ttftP99)} ms): ${kilns
+    .map(
+      (r) =>
+        `${r.target} ${(cpuOf(r) / cpuOf(bare)).toFixed(2)} × its CPU per chunk, gap p99 ${signed(
+          r.gapP99 - bare.gapP99,
+        )} ms and TTFT p99 ${signed(r.ttftP99 - bare.ttftP99)} ms beyond it`,
+    )
+    .join('; ')}.`;
   const capacities =
     levels.length > 0
       ? `### Capacity
@@ -379,8 +441,8 @@ ${N} streams started together, each a \`POST /v1/chat/completions\` with \`strea
 \`stream_options.include_usage\` and a unique prompt, sent straight to a canned upstream, through a bare
 Node relay, through Kiln on SQLite, through Kiln on PostgreSQL and through the Portkey gateway
 (\`@portkey-ai/gateway\` 1.15.2).
-Each target runs in turn, as a process of its own with an upstream process of its own, on this machine
-over loopback, sharing its CPUs with this client:
+Each target is a process of its own with an upstream process of its own, on this machine over loopback,
+sharing its CPUs with this client; all five are up at once, idle but for the runs sent to them:
 
 - the upstream, \`bench/upstream.ts --chunks=${CHUNKS} --gap-ms=${GAP_MS}\`: node:http answering each stream with
   ${CHUNKS} content chunks, one at once and then one every ${GAP_MS} ms on a timer per stream (one write per event,
@@ -400,7 +462,9 @@ over loopback, sharing its CPUs with this client:
 ${WARMUP_ROUNDS} warm-up rounds of ${WARMUP} concurrent streams per target first, so that a gateway's upstream connections
 are open and its code compiled, as after hours of serving (one round was not enough: V8 had not yet optimised the
 start path, and the next rounds measured up to a third less CPU per chunk). Then ${RUNS} measured runs of ${N}
-streams; each figure in the table is the median of the ${RUNS} runs' (runs on this machine differed by up to a third within an hour). TTFT = from sending the request to the first chunk carrying content;
+streams per target, going round the targets in turn (each one's first run, then each one's second, …): this
+machine's speed drifts, by up to a third within an hour, and taken in turn every target sees the same drift.
+Each figure in the table is the median of a target's ${RUNS} runs'. TTFT = from sending the request to the first chunk carrying content;
 gap = between consecutive content chunks of a stream, over every stream; added = the target's figure
 minus direct's at the same percentile. CPU µs/chunk = CPU time of the target's process (the upstream's
 for direct: the physical limit) over the run, from /proc, divided by the data events the client received
@@ -414,7 +478,9 @@ ${rows.join('\n')}
 
 ${capacities}Against the targets, at ${N} streams:
 
-${verdicts.join('\n')}${notes}`;
+${verdicts.join('\n')}
+
+${floor}${notes}`;
 }
 
 async function main(): Promise<void> {
@@ -430,11 +496,7 @@ async function main(): Promise<void> {
   if (leftOut.length > 0)
     console.log(`open-files limit ${files}: ramp levels ${leftOut.join(', ')} left out (ulimit -n)`);
 
-  const results: Measured[] = [];
-  for (const kind of ['direct', 'bare', 'sqlite', 'postgres', 'portkey'] as const) {
-    const direct = results.find((m) => m.kind === 'direct');
-    results.push(await measure(kind, levels, direct, work));
-  }
+  const results = await measureAll(levels, work);
   if (PROFILE_DIR) {
     console.log(`\nKiln CPU profiles in ${PROFILE_DIR} (no section written while profiling)`);
     return;
