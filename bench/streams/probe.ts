@@ -1,0 +1,142 @@
+/**
+ * A diagnostic for bench/streams.ts, writing nothing: one relay (`bare`, `sqlite` or `postgres`) on an
+ * upstream of its own, warmed up, then measured runs of the trickling workload. For each run it prints
+ * the relay's CPU by thread, user and system apart, and its read and write syscalls per relayed chunk
+ * (from /proc), besides the client's figures. The third round of bench/streams-notes.md comes from it.
+ *
+ * Run as `npx tsx bench/streams/probe.ts sqlite` after `npm run build`. Environment: PROBE_N (256
+ * streams), PROBE_CHUNKS (100 per stream), PROBE_WARMUP_ROUNDS (8), PROBE_RUNS (1), PROBE_NODE_ARGS
+ * (node options for the relay, e.g. `--perf-basic-prof`), PROBE_ATTACH (a shell command started for
+ * each run, `{pid}` replaced by the relay's and stopped with SIGINT after it, e.g.
+ * `perf record -g -p {pid} -o perf.data`).
+ */
+import { spawn } from 'node:child_process';
+import { mkdtempSync, readdirSync, readFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { freePort, ready, runBench, scratchDir, startChild, startKiln, startUpstream } from '../lib.js';
+import { runStreams, type StreamTarget } from './client.js';
+
+const env = process.env;
+const kind = process.argv[2] ?? 'sqlite';
+const N = Number(env.PROBE_N ?? 256);
+const CHUNKS = Number(env.PROBE_CHUNKS ?? 100);
+const WARMUP_ROUNDS = Number(env.PROBE_WARMUP_ROUNDS ?? 8);
+const RUNS = Number(env.PROBE_RUNS ?? 1);
+const NODE_ARGS = (env.PROBE_NODE_ARGS ?? '').split(' ').filter(Boolean);
+const MODEL = 'bench-model';
+const json = { 'content-type': 'application/json' };
+
+/** User and system CPU ms of each thread of `pid`, by `name#tid`. */
+function threadTimes(pid: number): Map<string, { user: number; system: number }> {
+  const times = new Map<string, { user: number; system: number }>();
+  for (const tid of readdirSync(`/proc/${pid}/task`)) {
+    try {
+      const stat = readFileSync(`/proc/${pid}/task/${tid}/stat`, 'utf8');
+      const name = stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')'));
+      const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      // utime and stime, fields 14 and 15 of stat(5), in clock ticks of 10 ms.
+      times.set(`${name}#${tid}`, { user: Number(fields[11]) * 10, system: Number(fields[12]) * 10 });
+    } catch {
+      // The thread ended between the listing and the read.
+    }
+  }
+  return times;
+}
+
+/** Read and write syscalls of `pid` so far (/proc/<pid>/io). */
+function syscalls(pid: number): { reads: number; writes: number } {
+  const io = Object.fromEntries(
+    readFileSync(`/proc/${pid}/io`, 'utf8')
+      .trim()
+      .split('\n')
+      .map((line) => line.split(': ') as [string, string]),
+  );
+  return { reads: Number(io.syscr), writes: Number(io.syscw) };
+}
+
+async function startRelay(upstreamUrl: string): Promise<{ target: StreamTarget; stop(): Promise<void> }> {
+  if (kind === 'bare') {
+    const port = await freePort();
+    const child = startChild(
+      'bare relay',
+      [
+        ...NODE_ARGS,
+        '--import',
+        'tsx',
+        'bench/streams/bare-relay.ts',
+        `--port=${port}`,
+        `--upstream=${upstreamUrl}`,
+      ],
+      {},
+    );
+    const origin = `http://127.0.0.1:${port}`;
+    await ready(child, `${origin}/health`);
+    return {
+      target: { name: kind, origin, headers: json, probePath: '/health', pid: child.process.pid },
+      stop: () => child.stop(),
+    };
+  }
+  if (kind !== 'sqlite' && kind !== 'postgres') throw new Error(`relay ${kind}: bare, sqlite or postgres`);
+  const kiln = await startKiln(`kiln serve (${kind})`, {
+    dir: scratchDir(mkdtempSync(path.join(tmpdir(), 'kiln-probe-'))),
+    upstreamUrl,
+    model: MODEL,
+    workers: 1024,
+    maxConcurrency: 4096,
+    postgresUrl: kind === 'postgres' ? 'postgres://postgres@127.0.0.1:5432/test' : undefined,
+    nodeArgs: NODE_ARGS,
+    logLevel: 'warn',
+  });
+  return {
+    target: {
+      name: kind,
+      origin: kiln.url,
+      headers: { ...json, authorization: `Bearer ${kiln.key}` },
+      probePath: '/healthz',
+      pid: kiln.child.process.pid,
+    },
+    stop: () => kiln.stop(),
+  };
+}
+
+async function main(): Promise<void> {
+  const upstream = await startUpstream([`--chunks=${CHUNKS}`, '--gap-ms=20']);
+  const relay = await startRelay(upstream.url);
+  const pid = relay.target.pid as number;
+  const workload = { model: MODEL, chunks: CHUNKS };
+  try {
+    for (let round = 0; round < WARMUP_ROUNDS; round++)
+      await runStreams(relay.target, N, workload, `warm-${round}`);
+    for (let run = 0; run < RUNS; run++) {
+      const attached = env.PROBE_ATTACH
+        ? spawn('sh', ['-c', env.PROBE_ATTACH.replaceAll('{pid}', String(pid))], { stdio: 'inherit' })
+        : undefined;
+      if (attached) await new Promise((resolve) => setTimeout(resolve, 300));
+      const threadsBefore = threadTimes(pid);
+      const callsBefore = syscalls(pid);
+      const r = await runStreams(relay.target, N, workload, `run-${run}`);
+      const callsAfter = syscalls(pid);
+      const threads = [...threadTimes(pid)]
+        .map(([thread, t]) => {
+          const before = threadsBefore.get(thread) ?? { user: 0, system: 0 };
+          return { thread, user: t.user - before.user, system: t.system - before.system };
+        })
+        .filter((t) => t.user + t.system > 0)
+        .map((t) => `${t.thread} user ${t.user} ms, system ${t.system} ms`);
+      attached?.kill('SIGINT');
+      console.log(
+        `${kind} n=${N}: CPU ${r.cpuPerChunkUs?.toFixed(1)} µs/chunk, TTFT p99 ${r.ttftP99.toFixed(1)} ms, gap p99 ${r.gapP99.toFixed(1)} ms, ${r.chunks} chunks`,
+      );
+      console.log(
+        `  per chunk: ${((callsAfter.reads - callsBefore.reads) / r.chunks).toFixed(2)} read and ${((callsAfter.writes - callsBefore.writes) / r.chunks).toFixed(2)} write syscalls`,
+      );
+      console.log(`  threads: ${threads.join('; ')}`);
+    }
+  } finally {
+    await relay.stop();
+    await upstream.child.stop();
+  }
+}
+
+await runBench(main);
