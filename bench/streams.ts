@@ -255,17 +255,13 @@ interface Live {
 async function bringUp(kind: Kind, work: string): Promise<Live> {
   const run = `${Date.now().toString(36)}-${kind}`;
   const upstream = await startUpstream([`--chunks=${CHUNKS}`, `--gap-ms=${GAP_MS}`]);
+  let running: Running | undefined;
   try {
-    const running = await start(kind, upstream, work);
-    const live = { kind, run, running, upstream };
-    try {
-      await warmUp(running.target, run);
-    } catch (error) {
-      await bringDown(live);
-      throw error;
-    }
-    return live;
+    running = await start(kind, upstream, work);
+    await warmUp(running.target, run);
+    return { kind, run, running, upstream };
   } catch (error) {
+    await running?.stop();
     await upstream.child.stop();
     throw error;
   }
