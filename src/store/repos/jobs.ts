@@ -218,19 +218,17 @@ export class JobRepository {
          finished_at = ?, expires_at = ?, lease_owner = NULL, lease_expires_at = NULL, meta = COALESCE(?, meta),
          progress = CASE WHEN ? = 'completed' THEN 1 ELSE progress END
        WHERE id = ? AND ${GUARDS[guard.by]}`;
-    const params = [
-      outcome.status,
-      json(outcome.result),
-      outcome.error?.code ?? null,
-      outcome.error?.message ?? null,
-      json(outcome.error?.details),
-      now,
-      now + retentionMs,
-      json(outcome.meta),
-      outcome.status,
-      id,
-      ...guardValues(guard),
-    ];
+    // The terminal columns, in the UPDATE's order: its first parameters, and the built row's.
+    const ended = {
+      status: outcome.status,
+      result: json(outcome.result),
+      error_code: outcome.error?.code ?? null,
+      error_message: outcome.error?.message ?? null,
+      error_details: json(outcome.error?.details),
+      finished_at: now,
+      expires_at: now + retentionMs,
+    };
+    const params = [...Object.values(ended), json(outcome.meta), outcome.status, id, ...guardValues(guard)];
     const units = [outcome.usage?.inputUnits ?? 0, outcome.usage?.outputUnits ?? 0];
     const returning = known
       ? 'RETURNING id, org_id, key_id, kind, status, started_at, finished_at, progress, meta'
@@ -262,13 +260,7 @@ export class JobRepository {
     if (!row || !known) return row;
     return {
       ...known,
-      status: outcome.status,
-      result: params[1] as string | null,
-      error_code: params[2] as string | null,
-      error_message: params[3] as string | null,
-      error_details: params[4] as string | null,
-      finished_at: now,
-      expires_at: now + retentionMs,
+      ...ended,
       lease_owner: null,
       lease_expires_at: null,
       meta: row.meta,
