@@ -13,11 +13,13 @@ import { jobError } from './submit.js';
 /** How long a stream whose job the store shows ended still waits for that job's last events. */
 const LOST_DONE_GRACE_MS = 2000;
 
-/** The headers of every server-sent event stream Kiln answers. */
+/**
+ * The headers of every server-sent event stream Kiln answers. No `connection` header: Node's own
+ * follows the client's (a client that asked for `close`, or an HTTP/1.0 one, has it closed).
+ */
 export const EVENT_STREAM_HEADERS = {
   'content-type': 'text/event-stream; charset=utf-8',
   'cache-control': 'no-cache',
-  connection: 'keep-alive',
 } as const;
 
 /**
@@ -183,7 +185,7 @@ export async function streamJob(
  * chunk: one write per event, or one for the events that arrived in the same read (they are joined
  * until the current task ends). Node's `res.write` would buffer four writes per event and send them
  * on the next tick; it sends only the first batch, with the headers. A response that is not chunked
- * (an HTTP/1.0 client) goes through `res.write` throughout.
+ * (an HTTP/1.0 client) goes through `res.write` throughout. The last batch goes with `res.end`.
  */
 export class EventWriter {
   #pending = '';
@@ -213,9 +215,14 @@ export class EventWriter {
     this.#pending += text;
   }
 
-  /** Writes what is waiting and the end of the response. */
+  /**
+   * Writes what is waiting and the end of the response. Node corks the socket for `end`, so the last
+   * events and the body's terminating chunk leave in one write.
+   */
   end(): void {
-    this.#flush();
-    this.raw.end();
+    const text = this.#pending;
+    this.#pending = '';
+    if (text === '') this.raw.end();
+    else this.raw.end(text);
   }
 }
