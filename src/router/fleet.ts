@@ -140,12 +140,15 @@ export class Fleet {
   /** One policy per engine pool. */
   readonly #policies = new Map<string, RoutingPolicy>();
   #timers: NodeJS.Timeout[] = [];
+  /** `routing.queue_timeout`, read once rather than on every acquire. */
+  readonly #queueTimeoutMs: number;
 
   constructor(
     private readonly config: Config,
     private readonly log: Logger,
     memory: RoutingMemory,
   ) {
+    this.#queueTimeoutMs = parseDuration(config.routing.queue_timeout);
     for (const [name, engine] of Object.entries(config.engines)) {
       let adapter = this.#adapters.get(engine.adapter);
       if (!adapter) {
@@ -269,7 +272,7 @@ export class Fleet {
   ): Promise<Lease> {
     const started = Date.now();
     const overflowAfter = this.config.routing.overflow_after_ms;
-    const queueTimeout = parseDuration(this.config.routing.queue_timeout);
+    const queueTimeout = this.#queueTimeoutMs;
     const { model } = request;
     const overflow = this.replicas.filter((r) => r.config.overflow && model in r.config.models);
     for (;;) {
