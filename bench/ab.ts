@@ -15,7 +15,8 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { Pool } from 'undici';
 import { cpuMs, type Kiln, load, runBench, scratchDir, startKiln, startUpstream, summarise } from './lib.js';
-import { runStreams, type StreamTarget } from './streams/client.js';
+import { runStreams } from './streams/client.js';
+import { kilnTarget } from './streams/targets.js';
 
 const env = process.env;
 const BASE = env.BENCH_AB_BASE ?? '';
@@ -38,14 +39,12 @@ const shown = (name: string, value: number) =>
 
 /** `streams`: CPU per chunk, TTFT p99 and gap p99 of 256 trickling streams. */
 async function streamsRound(kiln: Kiln, tag: string): Promise<Figures> {
-  const target: StreamTarget = {
-    name: tag,
-    origin: kiln.url,
-    headers: { 'content-type': 'application/json', authorization: `Bearer ${kiln.key}` },
-    probePath: '/healthz',
-    pid: kiln.child.process.pid,
-  };
-  const r = await runStreams(target, STREAMS, { model: MODEL, chunks: CHUNKS }, `${tag}-${Date.now()}`);
+  const r = await runStreams(
+    kilnTarget(tag, kiln),
+    STREAMS,
+    { model: MODEL, chunks: CHUNKS },
+    `${tag}-${Date.now()}`,
+  );
   const errors = [...r.errors.values()].reduce((a, b) => a + b, 0);
   return {
     'CPU µs/chunk': r.cpuPerChunkUs ?? Number.NaN,

@@ -25,16 +25,13 @@ import { existsSync, mkdtempSync, readFileSync } from 'node:fs';
 import { loadavg, tmpdir } from 'node:os';
 import path from 'node:path';
 import {
-  freePort,
   type Kiln,
   machine,
   portkeyHeaders,
   publishSection,
-  ready,
   runBench,
   type Server,
   scratchDir,
-  startChild,
   startKiln,
   startPortkey,
   startUpstream,
@@ -46,6 +43,7 @@ import {
   type StreamTarget,
   type Workload,
 } from './streams/client.js';
+import { kilnTarget, type Running, startBareRelay } from './streams/targets.js';
 
 const env = process.env;
 const N = Number(env.BENCH_STREAMS_N ?? 256);
@@ -107,27 +105,9 @@ function rampLevels(max: number): number[] {
 }
 
 /** A target up and reachable: what the client needs, and how to stop its processes. */
-interface Running {
-  target: StreamTarget;
-  stop(): Promise<void>;
-}
-
 async function start(kind: Kind, upstream: Server, work: string): Promise<Running> {
   const json = { 'content-type': 'application/json' };
-  if (kind === 'bare') {
-    const port = await freePort();
-    const child = startChild(
-      'bare relay',
-      ['--import', 'tsx', 'bench/streams/bare-relay.ts', `--port=${port}`, `--upstream=${upstream.url}`],
-      {},
-    );
-    const origin = `http://127.0.0.1:${port}`;
-    await ready(child, `${origin}/health`);
-    return {
-      target: { name: NAMES[kind], origin, headers: json, probePath: '/health', pid: child.process.pid },
-      stop: () => child.stop(),
-    };
-  }
+  if (kind === 'bare') return startBareRelay(NAMES[kind], upstream.url);
   if (kind === 'direct') {
     return {
       target: {
@@ -163,16 +143,7 @@ async function start(kind: Kind, upstream: Server, work: string): Promise<Runnin
     nodeArgs: PROFILE_DIR ? ['--cpu-prof', `--cpu-prof-dir=${path.resolve(PROFILE_DIR)}`] : [],
     logLevel: KILN_LOG_LEVEL,
   });
-  return {
-    target: {
-      name: NAMES[kind],
-      origin: kiln.url,
-      headers: { ...json, authorization: `Bearer ${kiln.key}` },
-      probePath: '/healthz',
-      pid: kiln.child.process.pid,
-    },
-    stop: () => kiln.stop(),
-  };
+  return { target: kilnTarget(NAMES[kind], kiln), stop: () => kiln.stop() };
 }
 
 const ms = (x: number) => x.toFixed(1);

@@ -14,8 +14,9 @@ import { spawn } from 'node:child_process';
 import { mkdtempSync, readdirSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { freePort, ready, runBench, scratchDir, startChild, startKiln, startUpstream } from '../lib.js';
-import { runStreams, type StreamTarget } from './client.js';
+import { runBench, scratchDir, startKiln, startUpstream } from '../lib.js';
+import { runStreams } from './client.js';
+import { kilnTarget, type Running, startBareRelay } from './targets.js';
 
 const env = process.env;
 const kind = process.argv[2] ?? 'sqlite';
@@ -25,7 +26,6 @@ const WARMUP_ROUNDS = Number(env.PROBE_WARMUP_ROUNDS ?? 8);
 const RUNS = Number(env.PROBE_RUNS ?? 1);
 const NODE_ARGS = (env.PROBE_NODE_ARGS ?? '').split(' ').filter(Boolean);
 const MODEL = 'bench-model';
-const json = { 'content-type': 'application/json' };
 
 /** User and system CPU ms of each thread of `pid`, by `name#tid`. */
 function threadTimes(pid: number): Map<string, { user: number; system: number }> {
@@ -55,28 +55,8 @@ function syscalls(pid: number): { reads: number; writes: number } {
   return { reads: Number(io.syscr), writes: Number(io.syscw) };
 }
 
-async function startRelay(upstreamUrl: string): Promise<{ target: StreamTarget; stop(): Promise<void> }> {
-  if (kind === 'bare') {
-    const port = await freePort();
-    const child = startChild(
-      'bare relay',
-      [
-        ...NODE_ARGS,
-        '--import',
-        'tsx',
-        'bench/streams/bare-relay.ts',
-        `--port=${port}`,
-        `--upstream=${upstreamUrl}`,
-      ],
-      {},
-    );
-    const origin = `http://127.0.0.1:${port}`;
-    await ready(child, `${origin}/health`);
-    return {
-      target: { name: kind, origin, headers: json, probePath: '/health', pid: child.process.pid },
-      stop: () => child.stop(),
-    };
-  }
+async function startRelay(upstreamUrl: string): Promise<Running> {
+  if (kind === 'bare') return startBareRelay(kind, upstreamUrl, NODE_ARGS);
   if (kind !== 'sqlite' && kind !== 'postgres') throw new Error(`relay ${kind}: bare, sqlite or postgres`);
   const kiln = await startKiln(`kiln serve (${kind})`, {
     dir: scratchDir(mkdtempSync(path.join(tmpdir(), 'kiln-probe-'))),
@@ -88,16 +68,7 @@ async function startRelay(upstreamUrl: string): Promise<{ target: StreamTarget; 
     nodeArgs: NODE_ARGS,
     logLevel: 'warn',
   });
-  return {
-    target: {
-      name: kind,
-      origin: kiln.url,
-      headers: { ...json, authorization: `Bearer ${kiln.key}` },
-      probePath: '/healthz',
-      pid: kiln.child.process.pid,
-    },
-    stop: () => kiln.stop(),
-  };
+  return { target: kilnTarget(kind, kiln), stop: () => kiln.stop() };
 }
 
 async function main(): Promise<void> {
