@@ -4,6 +4,7 @@ import path from 'node:path';
 import OpenAI from 'openai';
 import { afterEach, describe, expect, it } from 'vitest';
 import type { LlmSim } from '../../src/sim/llm/server.js';
+import { sample } from '../helpers/scrape.js';
 import { startTestServer, type TestServer } from '../helpers/server.js';
 import { storeCases } from '../helpers/stores.js';
 import { closeAll, engine, simPool } from './fleet.js';
@@ -172,13 +173,11 @@ describe('chat under load and faults', () => {
       expect(answer.headers.get('x-kiln-route')).toMatch(/replica=1/);
     };
     // Replica 0's failures as Kiln counts them (the simulator's own stats skip faulted requests).
-    const failuresOfReplica0 = async () => {
-      const text = (await server.call('GET', '/metrics')).body as string;
-      const line = text
-        .split('\n')
-        .find((l) => /^kiln_engine_errors_total\{engine="local",replica="0",kind="unavailable"\} /.test(l));
-      return line ? Number(line.slice(line.lastIndexOf(' ') + 1)) : 0;
-    };
+    const failuresOfReplica0 = async () =>
+      sample(
+        (await server.call('GET', '/metrics')).body as string,
+        'kiln_engine_errors_total{engine="local",replica="0",kind="unavailable"}',
+      ) ?? 0;
     // Whatever the router picks, the caller gets replica 1's answer: a request sent to replica 0
     // fails there and is retried. Which replica a prompt goes to first is the policy's choice, so
     // requests go on until replica 0 has failed three times (60 requests all missing it: 2^-60).

@@ -8,6 +8,7 @@ import type { LlmSim } from '../../src/sim/llm/server.js';
 import { closeAll, engine, simPool } from '../chat/fleet.js';
 import { REPO_ROOT, waitUntil } from '../helpers/process.js';
 import { probePromtool, promtoolCheckMetrics } from '../helpers/promtool.js';
+import { sample } from '../helpers/scrape.js';
 import { startTestServer, type TestServer } from '../helpers/server.js';
 import { caseTitle, storeCases } from '../helpers/stores.js';
 
@@ -36,12 +37,6 @@ function families(scrape: string): Map<string, string> {
   return new Map(
     [...scrape.matchAll(/^# TYPE (\S+) (\S+)$/gm)].map((m) => [m[1] as string, m[2] as string] as const),
   );
-}
-
-/** The value of one sample, by its name and exact label set as written; undefined when absent. */
-function sample(scrape: string, series: string): number | undefined {
-  const line = scrape.split('\n').find((l) => l.startsWith(`${series} `));
-  return line === undefined ? undefined : Number(line.slice(series.length + 1));
 }
 
 /** Every metric a PromQL expression names: `kiln_…` words, a histogram's series suffix taken off. */
