@@ -190,6 +190,12 @@ class ChunkRelay {
     else this.send(outgoing.text);
   }
 
+  /** A content chunk that repeats `like` but for its content: it finishes nothing, so it goes at once. */
+  content(like: ChatChunk, text: string): void {
+    this.end();
+    this.send(this.renamer.text(like, text));
+  }
+
   end(): void {
     if (this.#held) this.send(this.#held.text);
     this.#held = undefined;
@@ -229,7 +235,10 @@ export function chatKind(deps: ChatDeps): JobKind<ChatJobRequest> {
         body,
         signal,
         ...(job.mode === 'stream'
-          ? { onChunk: (chunk: ChatChunk, text: string) => relay.add(chunk, text) }
+          ? {
+              onChunk: (chunk: ChatChunk, text: string) => relay.add(chunk, text),
+              onContent: (_content: string, text: string, like: ChatChunk) => relay.content(like, text),
+            }
           : {}),
       });
       relay.end();

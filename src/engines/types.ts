@@ -51,6 +51,12 @@ export interface ChatCall {
   signal: AbortSignal;
   /** Set for a stream: called with each chunk as it arrives, and the JSON text the engine sent for it. */
   onChunk?: (chunk: ChatChunk, text: string) => void;
+  /**
+   * Set for a stream that needs only the text of most chunks: a content chunk that repeats `like`
+   * (a chunk `onChunk` had) but for its content comes here, as its content and its text, with no
+   * object made for it. Without it, such chunks go to `onChunk` too.
+   */
+  onContent?: (content: string, text: string, like: ChatChunk) => void;
   /** Called once, when the engine's first chunk arrives (its prefill is done), in every mode. */
   onFirstChunk?: () => void;
   /** Headers the request carries besides the adapter's own: the W3C trace context. */

@@ -47,6 +47,7 @@ export interface RouteCall {
   body: Record<string, unknown>;
   signal: AbortSignal;
   onChunk?: (chunk: ChatChunk, text: string) => void;
+  onContent?: (content: string, text: string, like: ChatChunk) => void;
   onRoute?: (route: Route) => void;
 }
 
@@ -189,7 +190,7 @@ export class Router {
         'kiln.route.overflow': route.overflow,
         'kiln.route.tries': attempt,
       });
-      const onChunk = call.onChunk;
+      const { onChunk, onContent } = call;
       const timer = new EngineCallTimer(replica.engine, replica.index);
       try {
         const completion = await inSpan('engine', { kind: SpanKind.CLIENT }, (engineSpan) => {
@@ -206,6 +207,7 @@ export class Router {
               lease.prefillDone();
             },
             ...(onChunk ? { onChunk } : {}),
+            ...(onContent ? { onContent } : {}),
             // Names the engine span as the parent of whatever the engine traces of its own.
             headers: traceHeaders(),
           });

@@ -112,6 +112,35 @@ describe('the OpenAI-compatible adapter replaying a real llama.cpp', () => {
     });
   });
 
+  it('a caller that takes content alone gets every chunk once, in order, and the same completion', async () => {
+    const exchange = recording('chat-stream-include-usage.json');
+    answer = { response: exchange.response };
+    const expected = await call(exchange.request.body);
+    answer = { response: exchange.response };
+    const texts: string[] = [];
+    let contentOnly = 0;
+    const completion = await adapter.chat(replica(), {
+      body: exchange.request.body,
+      signal: AbortSignal.timeout(5000),
+      onChunk: (_chunk, text) => texts.push(text),
+      onContent: (content, text, like) => {
+        contentOnly++;
+        texts.push(text);
+        // What the text says, but for the content, is the chunk it repeats.
+        const chunk = JSON.parse(text) as ChatChunk;
+        expect(chunk.choices[0]?.delta).toEqual({ content });
+        expect({ ...chunk, choices: [] }).toEqual({ ...like, choices: [] });
+        expect(chunk.choices[0]?.index).toBe(like.choices[0]?.index);
+      },
+    });
+    const events = (exchange.response.sse_events as string[])
+      .map((e) => e.replace(/^data: /, '').trim())
+      .filter((e) => e !== '[DONE]');
+    expect(texts).toEqual(events);
+    expect(contentOnly).toBeGreaterThan(2);
+    expect(completion).toEqual(expected);
+  });
+
   it('keeps timings that ride on the finish chunk when there is no usage chunk', async () => {
     const exchange = recording('chat-stream-no-usage.json');
     answer = { response: exchange.response };

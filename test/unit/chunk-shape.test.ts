@@ -82,6 +82,21 @@ describe('ContentChunkShape', () => {
     for (const text of [role, tools, usage, nested, twice]) expect(learn(text)).toBeUndefined();
   });
 
+  it('learns no chunk that finishes its choice: nothing after it repeats it', () => {
+    expect(learn(vllm('a').replace('"finish_reason":null', '"finish_reason":"length"'))).toBeUndefined();
+  });
+
+  it('reads the content alone as the object has it, and `like` is the chunk learnt from, kept apart', () => {
+    const text = vllm('a');
+    const parsed = JSON.parse(text) as ChatChunk;
+    const shape = ContentChunkShape.learn(parsed, text) as ContentChunkShape;
+    parsed.id = 'changed';
+    expect(shape.like).toStrictEqual(JSON.parse(text));
+    expect(shape.index).toBe(0);
+    expect(shape.content(vllm('wörld "x"\n'))).toBe('wörld "x"\n');
+    expect(shape.content(vllm('a', 'chatcmpl-other'))).toBeUndefined();
+  });
+
   it('a chunk read is the reader’s own: changing it changes neither the shape nor later chunks', () => {
     const shape = learn(vllm('a')) as ContentChunkShape;
     const first = shape.read(vllm('b')) as ChatChunk;

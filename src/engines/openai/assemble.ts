@@ -49,8 +49,17 @@ export class CompletionAssembler {
     for (const choice of chunk.choices ?? []) this.#addChoice(choice);
   }
 
-  #addChoice(choice: ChatChunk['choices'][number]): void {
-    let state = this.#choices.get(choice.index);
+  /**
+   * A chunk that repeats one added before but for its content (a ContentChunkShape's): only the
+   * content is new, so only the content is added.
+   */
+  addContent(index: number, content: string): void {
+    const message = this.#choice(index).message;
+    message.content = (message.content ?? '') + content;
+  }
+
+  #choice(index: number): ChoiceState {
+    let state = this.#choices.get(index);
     if (!state) {
       state = {
         message: { role: 'assistant', content: null },
@@ -59,8 +68,13 @@ export class CompletionAssembler {
         logprobs: null,
         extra: {},
       };
-      this.#choices.set(choice.index, state);
+      this.#choices.set(index, state);
     }
+    return state;
+  }
+
+  #addChoice(choice: ChatChunk['choices'][number]): void {
+    const state = this.#choice(choice.index);
     const delta = choice.delta ?? {};
     for (const key in delta) {
       const value = delta[key];

@@ -139,20 +139,28 @@ export class ChatStreamCall implements Dispatcher.DispatchHandler {
       this.#done = true;
       return;
     }
-    // Content chunks shaped like the last one learnt are read without parsing them whole.
-    let chunk = this.#shape?.read(data);
-    if (!chunk) {
-      const parsed = JSON.parse(data) as ChatChunk & { error?: { message?: string } };
-      if (parsed.error) {
-        throw new EngineError(
-          `${this.replica.label} failed mid-answer: ${parsed.error.message}`,
-          'broken',
-          !this.#sent,
-        );
-      }
-      chunk = parsed;
-      this.#shape = ContentChunkShape.learn(chunk, data) ?? this.#shape;
+    // Content chunks shaped like the last one learnt are read without parsing them whole, and the
+    // caller that takes their content alone gets no object for them. The first chunk is never one.
+    const shape = this.#shape;
+    const content = shape?.content(data);
+    if (shape && content !== undefined) {
+      this.#assembler.addContent(shape.index, content);
+      const { onChunk, onContent } = this.call;
+      if (onContent) onContent(content, data, shape.like);
+      else if (onChunk) onChunk(shape.chunk(content), data);
+      else return;
+      this.#sent = true;
+      return;
     }
+    const chunk = JSON.parse(data) as ChatChunk & { error?: { message?: string } };
+    if (chunk.error) {
+      throw new EngineError(
+        `${this.replica.label} failed mid-answer: ${chunk.error.message}`,
+        'broken',
+        !this.#sent,
+      );
+    }
+    this.#shape = ContentChunkShape.learn(chunk, data) ?? this.#shape;
     this.#assembler.add(chunk);
     if (this.#first) {
       this.#first = false;

@@ -37,7 +37,8 @@ function isPlainStringBody(body: string): boolean {
  * same id, model, created, index and fields, in the same order), so a later chunk whose text is
  * the same around a different string is read without JSON.parse — the string alone is decoded —
  * and answers the object JSON.parse would. Anything else (another shape, a role, a finish reason,
- * tool calls, usage, an error) is not read here, and the caller parses it.
+ * tool calls, usage, an error) is not read here, and the caller parses it. A caller that needs only
+ * the content takes it alone (`content`), without an object per chunk.
  */
 export class ContentChunkShape {
   private constructor(
@@ -45,17 +46,27 @@ export class ContentChunkShape {
     private readonly before: string,
     /** The text from the content string's closing quote to the end. */
     private readonly after: string,
-    /** The chunk's own fields, in the engine's order; all primitives but `choices`. */
-    private readonly top: ChatChunk,
+    /**
+     * The chunk learnt from, a copy: every chunk read here is this one but for its content. Its own
+     * fields are in the engine's order, all primitives but `choices`.
+     */
+    readonly like: ChatChunk,
     /** Its one choice's fields, in the engine's order; all primitives but `delta`. */
     private readonly choice: ChatChunk['choices'][number],
   ) {}
+
+  /** The index of the choice whose content the chunks carry. */
+  get index(): number {
+    return this.choice.index;
+  }
 
   /** The shape of `chunk`, parsed from `text`, when it is a content chunk this can read again. */
   static learn(chunk: ChatChunk, text: string): ContentChunkShape | undefined {
     const choice = Array.isArray(chunk.choices) && chunk.choices.length === 1 ? chunk.choices[0] : undefined;
     const delta = choice?.delta;
     if (!choice || typeof delta !== 'object' || delta === null || typeof delta.content !== 'string') return;
+    // A chunk that finishes its choice is the last of it: nothing later repeats it.
+    if (choice.finish_reason) return;
     if (
       Object.keys(delta).length !== 1 ||
       !primitivesBut(chunk, 'choices') ||
@@ -69,11 +80,28 @@ export class ContentChunkShape {
     const close = closingQuote(text, open);
     if (close === -1 || JSON.parse(text.slice(open, close + 1)) !== delta.content) return;
     // Copies: the chunk itself goes on to others, and this must not change with it.
-    return new ContentChunkShape(text.slice(0, open + 1), text.slice(close), { ...chunk }, { ...choice });
+    const copy = { ...choice, delta: { content: delta.content } };
+    return new ContentChunkShape(
+      text.slice(0, open + 1),
+      text.slice(close),
+      { ...chunk, choices: [copy] },
+      copy,
+    );
   }
 
   /** The chunk `text` is, when it has this shape; undefined when it must be parsed. */
   read(text: string): ChatChunk | undefined {
+    const content = this.content(text);
+    return content === undefined ? undefined : this.chunk(content);
+  }
+
+  /** A chunk of this shape with `content`. */
+  chunk(content: string): ChatChunk {
+    return { ...this.like, choices: [{ ...this.choice, delta: { content } }] };
+  }
+
+  /** The content of the chunk `text` is, when it has this shape; undefined when it must be parsed. */
+  content(text: string): string | undefined {
     const { before, after } = this;
     const end = text.length - after.length;
     // Slices compared with ===, not startsWith and endsWith: V8 compares those as memory, and the
@@ -91,6 +119,6 @@ export class ContentChunkShape {
         return undefined;
       }
     }
-    return { ...this.top, choices: [{ ...this.choice, delta: { content } }] };
+    return content;
   }
 }
