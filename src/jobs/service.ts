@@ -4,13 +4,23 @@ import { uuidv7 } from '../ids.js';
 import type { Limiter } from '../limits/admission.js';
 import type { RateWindows } from '../limits/refusal.js';
 import { countSubmittedJob, observeFinishedJob } from '../metrics/jobs.js';
-import type { ApiKey, FinishGuard, JobMode, JobOutcome, JobRow, JobStatus, Store } from '../store/index.js';
+import type {
+  ApiKey,
+  FinishGuard,
+  JobMode,
+  JobOutcome,
+  JobRow,
+  JobStatus,
+  Repositories,
+  Store,
+} from '../store/index.js';
 import type { NewJob } from '../store/repos/jobs.js';
 import { TERMINAL_STATUSES } from '../store/types.js';
 import { currentTraceparent } from '../telemetry/index.js';
 import { type JobEvent, JobEvents } from './events.js';
 import type { JobKind, KindRegistry } from './kinds.js';
 import { parseJobId, pollBody } from './present.js';
+import { RunEnds } from './run-ends.js';
 
 export interface JobSettings {
   retentionMs: number;
@@ -72,6 +82,7 @@ class LostIdempotencyRace extends Error {}
 export class JobService {
   readonly events: JobEvents;
   #localWorker: LocalWorker | undefined;
+  readonly #runEnds: RunEnds;
 
   constructor(
     readonly store: Store,
@@ -81,6 +92,20 @@ export class JobService {
     readonly limiter?: Limiter,
   ) {
     this.events = new JobEvents(store.driver);
+    this.#runEnds = new RunEnds(store, settings.retentionMs, (run) =>
+      this.store.transaction(
+        (tx) =>
+          this.#end(
+            tx,
+            run.known.id,
+            { by: 'worker', owner: run.owner, attempt: run.attempt },
+            run.outcome,
+            Date.now(),
+            run.known,
+          ),
+        { oneStatement: true },
+      ),
+    );
   }
 
   start(): Promise<void> {
@@ -289,26 +314,13 @@ export class JobService {
     // On PostgreSQL a job's end and its usage row are one statement; admissions and webhooks add more.
     const oneStatement =
       known !== undefined && !known.metered && !known.webhook_url && this.store.dialect === 'postgres';
-    const job = await this.store.transaction(
-      async (tx) => {
-        const row = await tx.jobs.finish(id, guard, outcome, now, this.settings.retentionMs, known);
-        if (!row) return undefined;
-        // The reservation gives way to what the job really used, in the same commit: nothing leaks.
-        if (row.metered) await tx.admissions.settle(row.id, this.#used(row, outcome));
-        if (row.webhook_url) {
-          await tx.webhooks.enqueue({
-            jobId: row.id,
-            orgId: row.org_id,
-            url: row.webhook_url,
-            event: `job.${row.status}`,
-            body: JSON.stringify(this.poll(row)),
-            now,
+    // A worker's runs that end together end in one statement there.
+    const job =
+      oneStatement && guard.by === 'worker'
+        ? await this.#runEnds.end({ known, owner: guard.owner, attempt: guard.attempt, outcome })
+        : await this.store.transaction((tx) => this.#end(tx, id, guard, outcome, now, known), {
+            oneStatement,
           });
-        }
-        return row;
-      },
-      { oneStatement },
-    );
     if (job) {
       observeFinishedJob(job);
       if (waitersHere) this.events.publishLocal({ t: 'done', id, job });
@@ -316,6 +328,32 @@ export class JobService {
       if (job.webhook_url) await this.store.driver.notify('kiln_webhooks', id);
     }
     return job;
+  }
+
+  /** The job's end, in transaction `tx`: its row, usage, settled admission and webhook. */
+  async #end(
+    tx: Repositories,
+    id: string,
+    guard: FinishGuard,
+    outcome: JobOutcome,
+    now: number,
+    known: JobRow | undefined,
+  ): Promise<JobRow | undefined> {
+    const row = await tx.jobs.finish(id, guard, outcome, now, this.settings.retentionMs, known);
+    if (!row) return undefined;
+    // The reservation gives way to what the job really used, in the same commit: nothing leaks.
+    if (row.metered) await tx.admissions.settle(row.id, this.#used(row, outcome));
+    if (row.webhook_url) {
+      await tx.webhooks.enqueue({
+        jobId: row.id,
+        orgId: row.org_id,
+        url: row.webhook_url,
+        event: `job.${row.status}`,
+        body: JSON.stringify(this.poll(row)),
+        now,
+      });
+    }
+    return row;
   }
 
   /**

@@ -118,6 +118,70 @@ for (const storeCase of storeCases) {
       }
     });
 
+    it('runs that end together each end as their own: result, usage units, a guard that no longer holds', async () => {
+      const held: JobRow[] = [];
+      for (let i = 0; i < 6; i++) {
+        await submit();
+        held.push((await claim('w1')) as JobRow);
+      }
+      // Cancelled while it runs: its run's end must not land, nor hold up the others'.
+      const cancelled = held[2] as JobRow;
+      await jobs.cancel(orgId, cancelled.id);
+      const ends = await Promise.all(
+        held.map((job, i) =>
+          jobs.finish(
+            job.id,
+            { by: 'worker', owner: 'w1', attempt: 1 },
+            { status: 'completed', result: { i }, usage: { inputUnits: 10 + i, outputUnits: i } },
+            false,
+            job,
+          ),
+        ),
+      );
+      const ledger = await store.driver.all<{ job_id: string; input_units: number; output_units: number }>(
+        'SELECT job_id, input_units, output_units FROM usage_ledger',
+      );
+      for (const [i, job] of held.entries()) {
+        const stored = await store.jobs.byId(job.id);
+        const units = ledger.filter((row) => row.job_id === job.id).map((row) => Number(row.input_units));
+        if (job === cancelled) {
+          expect(ends[i]).toBeUndefined();
+          expect(stored?.status).toBe('cancelled');
+          expect(units).toEqual([0]);
+        } else {
+          expect(ends[i]).toEqual(stored);
+          expect(stored?.result).toBe(JSON.stringify({ i }));
+          expect(units).toEqual([10 + i]);
+        }
+      }
+    });
+
+    it('one run’s end the store refuses fails no other run ending with it', async () => {
+      const held: JobRow[] = [];
+      for (let i = 0; i < 3; i++) {
+        await submit();
+        held.push((await claim('w1')) as JobRow);
+      }
+      // PostgreSQL refuses a NUL in text (the worker replaces it; this end comes straight here).
+      const ends = await Promise.allSettled(
+        held.map((job, i) =>
+          jobs.finish(
+            job.id,
+            { by: 'worker', owner: 'w1', attempt: 1 },
+            i === 1
+              ? { status: 'failed', error: { code: 'inference-failed', message: 'nul \u0000 here' } }
+              : { status: 'completed', result: { i } },
+            false,
+            job,
+          ),
+        ),
+      );
+      for (const i of [0, 2]) {
+        expect(ends[i]).toMatchObject({ status: 'fulfilled', value: { status: 'completed' } });
+        expect((await store.jobs.byId(held[i]?.id as string))?.status).toBe('completed');
+      }
+    });
+
     it('a run whose lease lapsed cannot finish or renew after the same worker reclaimed the job', async () => {
       const job = await submit();
       await claim('w1', -1);

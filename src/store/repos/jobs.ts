@@ -31,6 +31,39 @@ const LEDGER_VALUES = `id, org_id, key_id, kind, status,
 const LEDGER_CONFLICT = 'ON CONFLICT (job_id) DO NOTHING';
 
 const json = (value: unknown) => (value === undefined ? null : JSON.stringify(value));
+
+/** A worker's run that ended: the job as the worker holds it, and how it ended. */
+export interface FinishedRun {
+  known: JobRow;
+  owner: string;
+  attempt: number;
+  outcome: JobOutcome;
+}
+
+/** The columns a job's end sets, as stored. */
+const endedColumns = (outcome: JobOutcome, now: number, retentionMs: number) => ({
+  status: outcome.status,
+  result: json(outcome.result),
+  error_code: outcome.error?.code ?? null,
+  error_message: outcome.error?.message ?? null,
+  error_details: json(outcome.error?.details),
+  finished_at: now,
+  expires_at: now + retentionMs,
+});
+
+/** The terminal row, from the row its runner held, the columns its end set and what the store kept. */
+const terminalRow = (
+  known: JobRow,
+  ended: ReturnType<typeof endedColumns>,
+  stored: Pick<JobRow, 'meta' | 'progress'>,
+): JobRow => ({
+  ...known,
+  ...ended,
+  lease_owner: null,
+  lease_expires_at: null,
+  meta: stored.meta,
+  progress: stored.progress,
+});
 const placeholders = (n: number) => Array.from({ length: n }, () => '?').join(', ');
 
 export type NewJob = Pick<
@@ -219,15 +252,7 @@ export class JobRepository {
          progress = CASE WHEN ? = 'completed' THEN 1 ELSE progress END
        WHERE id = ? AND ${GUARDS[guard.by]}`;
     // The terminal columns, in the UPDATE's order: its first parameters, and the built row's.
-    const ended = {
-      status: outcome.status,
-      result: json(outcome.result),
-      error_code: outcome.error?.code ?? null,
-      error_message: outcome.error?.message ?? null,
-      error_details: json(outcome.error?.details),
-      finished_at: now,
-      expires_at: now + retentionMs,
-    };
+    const ended = endedColumns(outcome, now, retentionMs);
     const params = [...Object.values(ended), json(outcome.meta), outcome.status, id, ...guardValues(guard)];
     const units = [outcome.usage?.inputUnits ?? 0, outcome.usage?.outputUnits ?? 0];
     const returning = known
@@ -258,14 +283,64 @@ export class JobRepository {
       }
     }
     if (!row || !known) return row;
-    return {
-      ...known,
-      ...ended,
-      lease_owner: null,
-      lease_expires_at: null,
-      meta: row.meta,
-      progress: row.progress,
-    };
+    return terminalRow(known, ended, row);
+  }
+
+  /**
+   * PostgreSQL only: the ends of several runs, each guarded as a worker's `finish` is, in one
+   * statement with their usage rows. Answers each run's terminal row, in order, built from the row
+   * its worker holds; undefined where the guard no longer held (cancelled, reclaimed).
+   */
+  async finishRuns(
+    runs: readonly FinishedRun[],
+    now: number,
+    retentionMs: number,
+  ): Promise<Array<JobRow | undefined>> {
+    const ended = runs.map((run) => endedColumns(run.outcome, now, retentionMs));
+    const rows = await this.db.all<Pick<JobRow, 'id' | 'meta' | 'progress'>>(
+      `WITH v AS (
+         SELECT * FROM unnest(CAST(? AS TEXT[]), CAST(? AS TEXT[]), CAST(? AS TEXT[]), CAST(? AS TEXT[]),
+           CAST(? AS TEXT[]), CAST(? AS TEXT[]), CAST(? AS TEXT[]), CAST(? AS TEXT[]), CAST(? AS INTEGER[]),
+           CAST(? AS BIGINT[]), CAST(? AS BIGINT[]))
+         AS v(id, status, result, error_code, error_message, error_details, meta, owner, attempt, input_units, output_units)
+       ), finished AS (
+         UPDATE jobs SET status = v.status, result = v.result, error_code = v.error_code,
+           error_message = v.error_message, error_details = v.error_details, finished_at = CAST(? AS BIGINT),
+           expires_at = CAST(? AS BIGINT), lease_owner = NULL, lease_expires_at = NULL,
+           meta = COALESCE(v.meta, jobs.meta),
+           progress = CASE WHEN v.status = 'completed' THEN 1 ELSE jobs.progress END
+         FROM v
+         WHERE jobs.id = v.id AND jobs.status = 'running' AND jobs.lease_owner = v.owner AND jobs.attempts = v.attempt
+         RETURNING jobs.id, jobs.org_id, jobs.key_id, jobs.kind, jobs.status, jobs.started_at, jobs.finished_at,
+           jobs.meta, jobs.progress, v.input_units, v.output_units
+       ), ledger AS (
+         ${LEDGER_INSERT} SELECT id, org_id, key_id, kind, status,
+           CASE WHEN started_at IS NULL OR finished_at IS NULL THEN 0 ELSE finished_at - started_at END,
+           input_units, output_units, finished_at
+         FROM finished ${LEDGER_CONFLICT}
+       )
+       SELECT id, meta, progress FROM finished`,
+      [
+        runs.map((run) => run.known.id),
+        ended.map((e) => e.status),
+        ended.map((e) => e.result),
+        ended.map((e) => e.error_code),
+        ended.map((e) => e.error_message),
+        ended.map((e) => e.error_details),
+        runs.map((run) => json(run.outcome.meta)),
+        runs.map((run) => run.owner),
+        runs.map((run) => run.attempt),
+        runs.map((run) => run.outcome.usage?.inputUnits ?? 0),
+        runs.map((run) => run.outcome.usage?.outputUnits ?? 0),
+        now,
+        now + retentionMs,
+      ],
+    );
+    const byId = new Map(rows.map((row) => [row.id, row]));
+    return runs.map((run, i) => {
+      const row = byId.get(run.known.id);
+      return row && terminalRow(run.known, ended[i] as ReturnType<typeof endedColumns>, row);
+    });
   }
 
   /**
