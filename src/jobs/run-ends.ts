@@ -9,9 +9,9 @@ interface Waiting {
 
 /**
  * PostgreSQL: the worker runs that end in one turn of the event loop end in one statement
- * (`finishRuns`), each with its usage row, where one statement each cost a round trip each to the
- * database. Each caller still hears of its own job only once that statement is committed. Should it
- * fail, every run is ended again on its own (`alone`), so that one run's bad end fails no other.
+ * (`finishRuns`), each with its usage row, instead of a round trip to the database each. Each caller
+ * still hears of its own job only once that statement is committed. Should it fail, every run is
+ * ended again on its own (`alone`), so that one run's bad end fails no other.
  */
 export class RunEnds {
   #waiting: Waiting[] = [];

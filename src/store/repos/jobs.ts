@@ -64,6 +64,7 @@ const terminalRow = (
   meta: stored.meta,
   progress: stored.progress,
 });
+
 const placeholders = (n: number) => Array.from({ length: n }, () => '?').join(', ');
 
 export type NewJob = Pick<
@@ -296,6 +297,8 @@ export class JobRepository {
     now: number,
     retentionMs: number,
   ): Promise<Array<JobRow | undefined>> {
+    if (this.dialect.name !== 'postgres')
+      throw new Error('finishRuns is for PostgreSQL: SQLite ends runs one by one');
     const ended = runs.map((run) => endedColumns(run.outcome, now, retentionMs));
     const rows = await this.db.all<Pick<JobRow, 'id' | 'meta' | 'progress'>>(
       `WITH v AS (
