@@ -169,6 +169,14 @@ describe.skipIf(!browserCheck.available)('the console in Chromium', () => {
     expect(await page.getByTestId('context-version').textContent()).toBe('1');
     await inspect(page, 'contexts');
 
+    // A slow read of one context must not leave the old version showing beside the new one's notice.
+    await page.route(
+      (url) => url.pathname.startsWith('/api/v1/contexts/'),
+      async (route) => {
+        if (route.request().method() === 'GET') await new Promise((r) => setTimeout(r, 500));
+        await route.continue();
+      },
+    );
     await page.getByRole('button', { name: 'Edit' }).click();
     await page.getByLabel('Content').fill('Write plainly, and briefly.');
     await page.getByRole('button', { name: 'Save' }).click();

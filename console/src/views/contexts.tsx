@@ -52,9 +52,13 @@ export function ContextsView({ session }: { session: Session }) {
         name: editing.name,
         content: editing.content,
       });
+      // The saved version, shown at once with the content just sent: reading it back would show the
+      // version before it, beside this notice, until the read came back.
+      setOpen({ ...saved, content: editing.content });
+      setEditing(null);
+      setConfirming(false);
       setNotice(`Saved ${saved.name}, version ${saved.version}.`);
       list.refresh();
-      await show(saved.name);
     } catch (caught) {
       setError((caught as Error).message);
     }
