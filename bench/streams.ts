@@ -104,7 +104,7 @@ function rampLevels(max: number): number[] {
   return levels;
 }
 
-/** A target up and reachable: what the client needs, and how to stop its processes. */
+/** Starts a target and waits until it is reachable: what the client needs, and how to stop it. */
 async function start(kind: Kind, upstream: Server, work: string): Promise<Running> {
   const json = { 'content-type': 'application/json' };
   if (kind === 'bare') return startBareRelay(NAMES[kind], upstream.url);

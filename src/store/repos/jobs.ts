@@ -21,13 +21,14 @@ const guardValues = (guard: FinishGuard): unknown[] =>
 
 /**
  * A terminal job's usage-ledger row, from the job's own columns: how long it ran, and the units its
- * outcome reports (the two parameters). The primary key makes a second row impossible.
+ * outcome reports (two parameters, or a batch's columns). The primary key makes a second row impossible.
  */
 const LEDGER_INSERT =
   'INSERT INTO usage_ledger (job_id, org_id, key_id, kind, status, run_ms, input_units, output_units, created_at)';
-const LEDGER_VALUES = `id, org_id, key_id, kind, status,
+const ledgerValues = (inputUnits: string, outputUnits: string) => `id, org_id, key_id, kind, status,
   CASE WHEN started_at IS NULL OR finished_at IS NULL THEN 0 ELSE finished_at - started_at END,
-  CAST(? AS BIGINT), CAST(? AS BIGINT), finished_at`;
+  ${inputUnits}, ${outputUnits}, finished_at`;
+const LEDGER_VALUES = ledgerValues('CAST(? AS BIGINT)', 'CAST(? AS BIGINT)');
 const LEDGER_CONFLICT = 'ON CONFLICT (job_id) DO NOTHING';
 
 const json = (value: unknown) => (value === undefined ? null : JSON.stringify(value));
@@ -317,10 +318,7 @@ export class JobRepository {
          RETURNING jobs.id, jobs.org_id, jobs.key_id, jobs.kind, jobs.status, jobs.started_at, jobs.finished_at,
            jobs.meta, jobs.progress, v.input_units, v.output_units
        ), ledger AS (
-         ${LEDGER_INSERT} SELECT id, org_id, key_id, kind, status,
-           CASE WHEN started_at IS NULL OR finished_at IS NULL THEN 0 ELSE finished_at - started_at END,
-           input_units, output_units, finished_at
-         FROM finished ${LEDGER_CONFLICT}
+         ${LEDGER_INSERT} SELECT ${ledgerValues('input_units', 'output_units')} FROM finished ${LEDGER_CONFLICT}
        )
        SELECT id, meta, progress FROM finished`,
       [
