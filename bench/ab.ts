@@ -8,7 +8,9 @@
  * Environment: BENCH_AB_BASE (required), BENCH_AB_STORE (sqlite | postgres), BENCH_AB_MODE (streams:
  * 256 trickling streams of 100 chunks 20 ms apart, as bench/streams.ts; sync or stream: 2000
  * requests at 32 in flight, as bench/overhead.ts), BENCH_AB_ROUNDS (6), BENCH_AB_WARMUP (8 rounds),
- * BENCH_AB_CONCURRENCY (32; sync and stream), BENCH_AB_POSTGRES_URL.
+ * BENCH_AB_CONCURRENCY (32; sync and stream), BENCH_AB_POSTGRES_URL, BENCH_AB_NODE_ARGS and
+ * BENCH_AB_BASE_NODE_ARGS (node options for this build's and the base's process: with this checkout
+ * as its own base, `BENCH_AB_BASE=.`, an A/B of a V8 flag).
  */
 import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -26,6 +28,7 @@ const ROUNDS = Number(env.BENCH_AB_ROUNDS ?? 6);
 const WARMUP = Number(env.BENCH_AB_WARMUP ?? 8);
 const CONCURRENCY = Number(env.BENCH_AB_CONCURRENCY ?? 32);
 const POSTGRES_URL = env.BENCH_AB_POSTGRES_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
+const nodeArgs = (value: string | undefined) => (value ?? '').split(' ').filter(Boolean);
 const STREAMS = 256;
 const CHUNKS = 100;
 const REQUESTS = 2000;
@@ -87,9 +90,9 @@ async function main(): Promise<void> {
   const upstream = await startUpstream(MODE === 'streams' ? [`--chunks=${CHUNKS}`, '--gap-ms=20'] : []);
   const builds: Array<{ name: string; kiln: Kiln }> = [];
   try {
-    for (const [name, checkout] of [
-      ['base', path.resolve(BASE)],
-      ['this', undefined],
+    for (const [name, checkout, args] of [
+      ['base', path.resolve(BASE), nodeArgs(env.BENCH_AB_BASE_NODE_ARGS)],
+      ['this', undefined, nodeArgs(env.BENCH_AB_NODE_ARGS)],
     ] as const) {
       const kiln = await startKiln(`kiln serve (${name})`, {
         dir: scratchDir(path.join(work, name)),
@@ -100,6 +103,7 @@ async function main(): Promise<void> {
         postgresUrl: STORE === 'postgres' ? POSTGRES_URL : undefined,
         logLevel: 'warn',
         checkout,
+        nodeArgs: args,
       });
       builds.push({ name, kiln });
     }
