@@ -118,11 +118,14 @@ export async function streamJob(
       deliver({ t: 'done', id, job }),
     );
     // A client that goes away at any moment — before the first token too — cancels the job, and
-    // with it the engine's generation.
-    reply.raw.once('close', () => {
+    // with it the engine's generation. One that left while the job was being recorded closed
+    // before there was a listener.
+    const gone = () => {
       if (mode === 'stream' && !finished && !reply.raw.writableFinished)
         void jobs.cancel(request.auth.org_id, id).catch(() => undefined);
-    });
+    };
+    reply.raw.once('close', gone);
+    if (reply.raw.destroyed) gone();
     // Wait for the first output (or the end): a failure before any token is still an ordinary HTTP
     // error, and the route in the headers is the one that produced the output, after any retries.
     const first = await new Promise<JobEvent>((resolve) => {

@@ -153,6 +153,8 @@ export async function submitJob(
       }
     };
     reply.raw.once('close', gone);
+    // A caller that left while the job was being recorded closed before there was a listener.
+    if (reply.raw.destroyed) gone();
   }
   const done = await deps.jobs.waitForTerminal(job.id, waitMs, undefined, replayed ? undefined : job);
   if (!isTerminal(done.status)) return accepted();

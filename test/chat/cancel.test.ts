@@ -3,7 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { FlavorName, LlmSim } from '../../src/sim/llm/server.js';
 import { startTestServer, type TestServer } from '../helpers/server.js';
 import { storeCases } from '../helpers/stores.js';
-import { closeAll, engine, expectEngineStopped, simPool, until } from './fleet.js';
+import { closeAll, engine, expectEngineStopped, settledJob, simPool, until } from './fleet.js';
 
 /**
  * A cancelled chat job stops the engine's generation, whatever the mode: measured on the simulated
@@ -40,19 +40,7 @@ describe.each<FlavorName>(['vllm', 'llama.cpp'])('cancellation reaches a %s engi
       ...(signal ? { signal } : {}),
     });
 
-  /** The organisation's one job, once it is terminal. */
-  async function settled(key: string): Promise<any> {
-    let job: any;
-    await until(
-      async () => {
-        job = (await kiln.call('GET', '/v1/jobs?limit=1', { key })).body.data[0];
-        return ['completed', 'failed', 'cancelled', 'timeout'].includes(job?.status);
-      },
-      5000,
-      'the job ending',
-    );
-    return job;
-  }
+  const settled = (key: string) => settledJob(kiln, key);
 
   /** The tokens the replica generated since `before`, once it has stopped generating. */
   const expectStopped = async (before: number) => (await expectEngineStopped(sim)) - before;

@@ -1,6 +1,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { expect } from 'vitest';
 import { type LlmSim, type LlmSimOptions, startLlmFleet } from '../../src/sim/llm/server.js';
+import type { TestServer } from '../helpers/server.js';
 
 /** Simulated replicas for chat tests, all serving `sim-model`, which Kiln calls `m`. */
 export async function simPool(replicas: number, options: LlmSimOptions = {}): Promise<LlmSim[]> {
@@ -47,4 +48,18 @@ export async function expectEngineStopped(sim: LlmSim): Promise<number> {
   await sleep(300);
   expect(sim.stats().generationTokens).toBe(stopped);
   return stopped;
+}
+
+/** The newest job of `key`'s organisation, once it is terminal. */
+export async function settledJob(kiln: TestServer, key: string, timeoutMs = 5000): Promise<any> {
+  let job: any;
+  await until(
+    async () => {
+      job = (await kiln.call('GET', '/v1/jobs?limit=1', { key })).body.data[0];
+      return ['completed', 'failed', 'cancelled', 'timeout'].includes(job?.status);
+    },
+    timeoutMs,
+    'the job ending',
+  );
+  return job;
 }
