@@ -43,8 +43,8 @@ describe.skipIf(postgres.skip)(`a caller gone before its job is recorded: ${case
   const settled = (key: string) => settledJob(kiln, key, 10_000);
 
   /**
-   * Sends a chat request while inserts into the jobs table wait on a lock, leaves once the insert is
-   * seen waiting, then lets it through; answers the organisation's key.
+   * Sends a chat request while the jobs table is locked, leaves once its job's insert is seen waiting
+   * (not the workers' claims, which wait too), then lets it through; answers the organisation's key.
    */
   async function leaveWhileRecording(body: Record<string, unknown>): Promise<string> {
     const key = await kiln.key(`leaving-${Math.random()}`);
@@ -62,13 +62,16 @@ describe.skipIf(postgres.skip)(`a caller gone before its job is recorded: ${case
       });
       answer.catch(() => undefined);
       await until(
-        async () =>
-          (
-            await locker.query(
-              `SELECT count(*)::int AS n FROM pg_locks WHERE NOT granted AND relation = $1::regclass`,
-              [`"${schema}".jobs`],
-            )
-          ).rows[0].n > 0,
+        async () => {
+          // pg_stat_activity is read once per transaction unless its snapshot is cleared.
+          await locker.query('SELECT pg_stat_clear_snapshot()');
+          const waiting = await locker.query(
+            `SELECT count(*)::int AS n FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+             WHERE NOT l.granted AND l.relation = $1::regclass AND a.query LIKE 'INSERT INTO jobs %'`,
+            [`"${schema}".jobs`],
+          );
+          return waiting.rows[0].n > 0;
+        },
         10_000,
         'the insert waiting on the lock',
       );
