@@ -93,17 +93,13 @@ export class JobService {
   ) {
     this.events = new JobEvents(store.driver);
     this.#runEnds = new RunEnds(store, settings.retentionMs, (run) =>
-      this.store.transaction(
-        (tx) =>
-          this.#end(
-            tx,
-            run.known.id,
-            { by: 'worker', owner: run.owner, attempt: run.attempt },
-            run.outcome,
-            Date.now(),
-            run.known,
-          ),
-        { oneStatement: true },
+      this.#endAlone(
+        run.known.id,
+        { by: 'worker', owner: run.owner, attempt: run.attempt },
+        run.outcome,
+        Date.now(),
+        run.known,
+        true,
       ),
     );
   }
@@ -318,9 +314,7 @@ export class JobService {
     const job =
       oneStatement && guard.by === 'worker'
         ? await this.#runEnds.end({ known, owner: guard.owner, attempt: guard.attempt, outcome })
-        : await this.store.transaction((tx) => this.#end(tx, id, guard, outcome, now, known), {
-            oneStatement,
-          });
+        : await this.#endAlone(id, guard, outcome, now, known, oneStatement);
     if (job) {
       observeFinishedJob(job);
       if (waitersHere) this.events.publishLocal({ t: 'done', id, job });
@@ -328,6 +322,18 @@ export class JobService {
       if (job.webhook_url) await this.store.driver.notify('kiln_webhooks', id);
     }
     return job;
+  }
+
+  /** The job's end in a transaction of its own (in a commit group), not batched with others. */
+  #endAlone(
+    id: string,
+    guard: FinishGuard,
+    outcome: JobOutcome,
+    now: number,
+    known: JobRow | undefined,
+    oneStatement: boolean,
+  ): Promise<JobRow | undefined> {
+    return this.store.transaction((tx) => this.#end(tx, id, guard, outcome, now, known), { oneStatement });
   }
 
   /** The job's end, in transaction `tx`: its row, usage, settled admission and webhook. */
