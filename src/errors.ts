@@ -39,6 +39,7 @@ export const errorCatalogue = {
   'engine-unavailable': { status: 503, type: 'server_error' },
   'engine-timeout': { status: 504, type: 'server_error' },
   'store-unavailable': { status: 503, type: 'server_error' },
+  'shutting-down': { status: 503, type: 'server_error' },
   'internal-error': { status: 500, type: 'server_error' },
 } as const satisfies Record<string, { status: number; type: string }>;
 

@@ -18,6 +18,7 @@ import type { Store } from '../store/index.js';
 import { traceRequests } from '../telemetry/index.js';
 import { requireApiKey } from './auth.js';
 import { chatRoutes } from './chat.js';
+import { refuseWhileClosing } from './closing.js';
 import { contextRoutes } from './contexts.js';
 import { answerClientError, installErrorHandling, sendError } from './errors.js';
 import { fileRoutes } from './files.js';
@@ -89,6 +90,8 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     // Errors raised before routing get the envelope too.
     frameworkErrors: sendError,
     clientErrorHandler: answerClientError,
+    // Kiln's own refusal while closing, in its envelope and with Retry-After (refuseWhileClosing).
+    return503OnClosing: false,
   }) as unknown as FastifyInstance;
 
   app.setValidatorCompiler(validatorCompiler);
@@ -97,6 +100,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   acceptEmptyJsonWithoutBody(app);
   installErrorHandling(app);
   app.decorateRequest('auth', null as never);
+  refuseWhileClosing(app);
   app.addHook('onSend', (request, reply, payload, done) => {
     reply.header('x-request-id', request.id);
     done(null, payload);

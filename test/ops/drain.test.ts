@@ -35,10 +35,10 @@ const notAccepted = (error: unknown) => {
 
 /**
  * A request that reached a gateway on a connection it opened just before its SIGTERM: refused with
- * Fastify's 503 before anything was accepted (docs/operations.md), so the client may send it elsewhere.
+ * 503 `shutting-down` before anything was accepted (docs/operations.md), so the client sends it elsewhere.
  */
 const refusedWhileClosing = (status: number, text: string) =>
-  status === 503 && text.includes('"error":"Service Unavailable"');
+  status === 503 && text.includes('"code":"shutting-down"');
 
 /**
  * A rolling restart under load on PostgreSQL: two gateways, each sent SIGTERM in turn while sync,
