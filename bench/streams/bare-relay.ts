@@ -6,6 +6,7 @@
  */
 import http from 'node:http';
 import { Pool } from 'undici';
+import { relayTo } from './relay-handler.js';
 
 const flag = (name: string) =>
   process.argv.find((a) => a.startsWith(`--${name}=`))?.slice(`--${name}=`.length) ?? '';
@@ -20,7 +21,6 @@ const server = http.createServer((req, res) => {
   const parts: Buffer[] = [];
   req.on('data', (part: Buffer) => parts.push(part));
   req.on('end', () => {
-    let started = false;
     pool.dispatch(
       {
         path: req.url ?? '/',
@@ -28,24 +28,7 @@ const server = http.createServer((req, res) => {
         headers: { 'content-type': 'application/json' },
         body: Buffer.concat(parts),
       },
-      {
-        onRequestStart() {},
-        onResponseStart(_controller, status) {
-          res.writeHead(status, { 'content-type': 'text/event-stream' });
-        },
-        onResponseData(_controller, chunk: Buffer) {
-          // The first read leaves with the headers; later ones as chunks of their own, one write each.
-          if (!started || !res.socket) res.write(chunk);
-          else res.socket.write(`${chunk.length.toString(16)}\r\n${chunk.toString('latin1')}\r\n`, 'latin1');
-          started = true;
-        },
-        onResponseEnd() {
-          res.end();
-        },
-        onResponseError(_controller, error) {
-          res.destroy(error);
-        },
-      },
+      relayTo(res),
     );
   });
 });

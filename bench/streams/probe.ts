@@ -1,6 +1,7 @@
 /**
- * A diagnostic for bench/streams.ts, writing nothing: one relay (`bare`, `sqlite` or `postgres`) on an
- * upstream of its own, warmed up, then measured runs of the trickling workload. For each run it prints
+ * A diagnostic for bench/streams.ts, writing nothing: one relay (`bare`, `fastify` — the bare relay
+ * behind Fastify, bench/streams/fastify-relay.ts — `sqlite` or `postgres`) on an upstream of its own,
+ * warmed up, then measured runs of the trickling workload. For each run it prints
  * the relay's CPU by thread, user and system apart, and its read and write syscalls per relayed chunk
  * (from /proc), besides the client's figures. The third round of bench/streams-notes.md comes from it.
  *
@@ -57,7 +58,10 @@ function syscalls(pid: number): { reads: number; writes: number } {
 
 async function startRelay(upstreamUrl: string): Promise<Running> {
   if (kind === 'bare') return startBareRelay(kind, upstreamUrl, NODE_ARGS);
-  if (kind !== 'sqlite' && kind !== 'postgres') throw new Error(`relay ${kind}: bare, sqlite or postgres`);
+  if (kind === 'fastify')
+    return startBareRelay(kind, upstreamUrl, NODE_ARGS, 'bench/streams/fastify-relay.ts');
+  if (kind !== 'sqlite' && kind !== 'postgres')
+    throw new Error(`relay ${kind}: bare, fastify, sqlite or postgres`);
   const kiln = await startKiln(`kiln serve (${kind})`, {
     dir: scratchDir(mkdtempSync(path.join(tmpdir(), 'kiln-probe-'))),
     upstreamUrl,

@@ -13,23 +13,20 @@ export interface Running {
   stop(): Promise<void>;
 }
 
-/** bench/streams/bare-relay.ts on a free port in front of `upstreamUrl`, once it answers. */
+/**
+ * bench/streams/bare-relay.ts (or `script`, another relay taking the same flags) on a free port in
+ * front of `upstreamUrl`, once it answers.
+ */
 export async function startBareRelay(
   name: string,
   upstreamUrl: string,
   nodeArgs: readonly string[] = [],
+  script = 'bench/streams/bare-relay.ts',
 ): Promise<Running> {
   const port = await freePort();
   const child = startChild(
-    'bare relay',
-    [
-      ...nodeArgs,
-      '--import',
-      'tsx',
-      'bench/streams/bare-relay.ts',
-      `--port=${port}`,
-      `--upstream=${upstreamUrl}`,
-    ],
+    name,
+    [...nodeArgs, '--import', 'tsx', script, `--port=${port}`, `--upstream=${upstreamUrl}`],
     {},
   );
   const origin = `http://127.0.0.1:${port}`;
