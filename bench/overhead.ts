@@ -551,7 +551,7 @@ across the targets (in a different order each round) and pooled; each request ha
 content, for a stream the usage chunk and \`data: [DONE]\` last — and failures count as errors. Added = the
 target's latency minus the direct call's at the same percentile. CPU ms/req = CPU time of the target's
 process (the upstream's for direct; the Kiln process alone, not the PostgreSQL server, for the
-PostgreSQL Kiln) over the measured requests, from /proc. The first chunk arrives with
+PostgreSQL Kiln) over the measured requests, from /proc (the scheduler's nanoseconds, all threads). The first chunk arrives with
 the rest here, since the upstream writes the whole stream at once. Load average when the run began: ${startLoad}
 (other work on the machine shows in the figures; the CPU columns are the steadier comparison).
 

@@ -434,7 +434,7 @@ machine's speed drifts, by up to a third within an hour, and taken in turn every
 Each figure in the table is the median of a target's ${RUNS} runs'. TTFT = from sending the request to the first chunk carrying content;
 gap = between consecutive content chunks of a stream, over every stream; added = the target's figure
 minus direct's at the same percentile. CPU µs/chunk = CPU time of the target's process (the upstream's
-for direct: the physical limit) over the run, from /proc, divided by the data events the client received
+for direct: the physical limit) over the run, from /proc (the scheduler's nanoseconds, all threads), divided by the data events the client received
 other than \`[DONE]\`; × upstream = that over direct's. Every stream is checked — status 200, the expected
 content, a usage chunk, \`data: [DONE]\` last — and a failure counts as an error. Load average when the
 run began: ${startLoad}.
