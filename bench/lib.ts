@@ -18,6 +18,15 @@ export function summarise(samples: number[]): { n: number; median: number; p99: 
   };
 }
 
+/** The middle of `xs`, or the mean of the two middle ones. */
+export function median(xs: readonly number[]): number {
+  const sorted = [...xs].sort((a, b) => a - b);
+  const mid = sorted.length >> 1;
+  return sorted.length % 2
+    ? (sorted[mid] as number)
+    : ((sorted[mid - 1] as number) + (sorted[mid] as number)) / 2;
+}
+
 /** Runs `request` `total` times with `concurrency` in flight; answers per-request latencies and throughput. */
 export async function load(total: number, concurrency: number, request: (i: number) => Promise<void>) {
   const samples: number[] = [];

@@ -3,8 +3,8 @@
  * one, sent straight to a canned upstream (bench/upstream.ts in trickle mode), through Kiln on SQLite,
  * through Kiln on PostgreSQL and through the Portkey gateway. Reports time to the first content chunk,
  * the gap between content chunks (and what each gateway adds to both over the direct call), the
- * target's CPU per relayed chunk, failures, and how many concurrent streams each Kiln relays before
- * its gaps stretch. Run with `npm run bench:streams` (which builds dist/ first); writes the `streams`
+ * target's CPU per relayed chunk, failures, the CPU of a stream's start and end (bench/streams/
+ * starts.ts), and how many concurrent streams each Kiln relays before its gaps stretch. Run with `npm run bench:streams` (which builds dist/ first); writes the `streams`
  * section of docs/benchmarks.md, ending with bench/streams-notes.md verbatim.
  *
  * Environment: BENCH_STREAMS_N (256 concurrent streams), BENCH_STREAMS_CHUNKS (100 content chunks per
@@ -27,6 +27,7 @@ import path from 'node:path';
 import {
   type Kiln,
   machine,
+  median,
   portkeyHeaders,
   publishSection,
   runBench,
@@ -43,6 +44,7 @@ import {
   type StreamTarget,
   type Workload,
 } from './streams/client.js';
+import { measureStarts, type StartCosts, startsTable } from './streams/starts.js';
 import { kilnTarget, type Running, startBareRelay } from './streams/targets.js';
 
 const env = process.env;
@@ -166,14 +168,6 @@ async function warmUp(target: StreamTarget, run: string): Promise<void> {
   }
 }
 
-const median = (xs: number[]) => {
-  const sorted = [...xs].sort((a, b) => a - b);
-  const mid = sorted.length >> 1;
-  return sorted.length % 2
-    ? (sorted[mid] as number)
-    : ((sorted[mid - 1] as number) + (sorted[mid] as number)) / 2;
-};
-
 /** Runs at the same level as one result: each figure the median of the runs', every error counted. */
 function medianOf(runs: RunResult[]): RunResult {
   const first = runs[0] as RunResult;
@@ -265,7 +259,10 @@ async function rampOf(live: Live, levels: number[], direct: Measured | undefined
  * first run, then each one's second, …), so that a drift in this shared machine's speed reaches
  * every target alike; then the ramp, direct's first.
  */
-async function measureAll(levels: number[], work: string): Promise<Measured[]> {
+async function measureAll(
+  levels: number[],
+  work: string,
+): Promise<{ results: Measured[]; starts: StartCosts }> {
   const live: Live[] = [];
   try {
     for (const kind of KINDS) live.push(await bringUp(kind, work));
@@ -282,6 +279,13 @@ async function measureAll(levels: number[], work: string): Promise<Measured[]> {
       main: medianOf(runs.get(kind) as RunResult[]),
       ramp: [],
     }));
+    const starts = await measureStarts(
+      live.map((target) => target.running.target),
+      RUNS,
+      N,
+      MODEL,
+      report,
+    );
     const direct = results.find((m) => m.kind === 'direct');
     for (const [i, target] of live.entries()) {
       if (target.kind === 'portkey' || target.kind === 'bare') continue;
@@ -291,7 +295,7 @@ async function measureAll(levels: number[], work: string): Promise<Measured[]> {
         target.kind === 'direct' ? undefined : direct,
       );
     }
-    return results;
+    return { results, starts };
   } finally {
     for (const target of live) await bringDown(target);
   }
@@ -331,7 +335,12 @@ function commandLine(): string {
   return [...set, 'npm run bench:streams'].join(' ');
 }
 
-function section(results: Measured[], levels: number[], leftOut: number[], startLoad: string): string {
+function section(
+  { results, starts }: { results: Measured[]; starts: StartCosts },
+  levels: number[],
+  leftOut: number[],
+  startLoad: string,
+): string {
   const of = (kind: Kind) => results.find((m) => m.kind === kind) as Measured;
   const direct = of('direct');
   const d = direct.main;
@@ -364,6 +373,10 @@ function section(results: Measured[], levels: number[], leftOut: number[], start
     `- TTFT added at p99 ≤ 100 ms: ${each(
       (r) => `${signed(r.ttftP99 - d.ttftP99)} ms`,
       (r) => r.ttftP99 - d.ttftP99 <= 100,
+    )}.`,
+    `- The start path ≤ 0.35 ms a stream (what that TTFT comes to), at most a stream of one chunk's CPU above: ${each(
+      (r) => `${((starts.get(r.target) ?? Number.NaN) / 1000).toFixed(2)} ms`,
+      (r) => (starts.get(r.target) ?? Number.NaN) <= 350,
     )}.`,
     `- Inter-chunk gap added at p99 ≤ 5 ms: ${each(
       (r) => `${signed(r.gapP99 - d.gapP99)} ms`,
@@ -443,6 +456,8 @@ run began: ${startLoad}.
 |---|---|---|---|---|---|---|---|---|---|
 ${rows.join('\n')}
 
+${startsTable(starts, RUNS, N, { bare: NAMES.bare, direct: NAMES.direct })}
+
 ${capacities}Against the targets, at ${N} streams:
 
 ${verdicts.join('\n')}
@@ -463,12 +478,12 @@ async function main(): Promise<void> {
   if (leftOut.length > 0)
     console.log(`open-files limit ${files}: ramp levels ${leftOut.join(', ')} left out (ulimit -n)`);
 
-  const results = await measureAll(levels, work);
+  const measured = await measureAll(levels, work);
   if (PROFILE_DIR) {
     console.log(`\nKiln CPU profiles in ${PROFILE_DIR} (no section written while profiling)`);
     return;
   }
-  const body = section(results, levels, leftOut, startLoad);
+  const body = section(measured, levels, leftOut, startLoad);
   publishSection('streams', body, WRITE);
 }
 

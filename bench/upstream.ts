@@ -6,8 +6,9 @@
  * `node --import tsx bench/upstream.ts [--port=N] [--chunks=C --gap-ms=G]`; prints `{"url": …}` on
  * stdout once it listens.
  *
- * Trickle mode (`--chunks=C`, for bench/streams.ts): a stream is instead C content chunks (the first
- * also carrying the role; their text from bench/streams/pieces.ts), the first written at once and
+ * Trickle mode (`--chunks=C`, for bench/streams.ts): a stream is instead C content chunks, or
+ * `max_tokens` of them when the request asks for fewer (the first also carrying the role; their text
+ * from bench/streams/pieces.ts), the first written at once and
  * each next G ms (default 20) after the one before, on a timer of its own, then the finish chunk, the
  * usage chunk when asked for and `data: [DONE]`. Non-stream answers stay the canned completion.
  */
@@ -64,21 +65,33 @@ const GAP_MS = Number(flag('gap-ms') ?? 20);
 const trickleEvents = Array.from({ length: CHUNKS }, (_, i) =>
   chunk(i === 0 ? { role: 'assistant', content: tricklePiece(i) } : { content: tricklePiece(i) }, null),
 );
-const trickleUsageEvent = chunk({}, null, {
-  prompt_tokens: USAGE.prompt_tokens,
-  completion_tokens: CHUNKS,
-  total_tokens: USAGE.prompt_tokens + CHUNKS,
-});
+/** The usage chunk of a trickled stream of `count` content chunks, made once per count. */
+const trickleUsageEvents = new Map<number, string>();
+function trickleUsageEvent(count: number): string {
+  let event = trickleUsageEvents.get(count);
+  if (event === undefined) {
+    event = chunk({}, null, {
+      prompt_tokens: USAGE.prompt_tokens,
+      completion_tokens: count,
+      total_tokens: USAGE.prompt_tokens + count,
+    });
+    trickleUsageEvents.set(count, event);
+  }
+  return event;
+}
 
-/** Trickle mode: one content chunk now and one every GAP_MS, then the end of the stream. */
-function trickle(res: http.ServerResponse, includeUsage: boolean): void {
+/**
+ * Trickle mode: `count` content chunks (at most CHUNKS), one now and one every GAP_MS, then the end
+ * of the stream.
+ */
+function trickle(res: http.ServerResponse, includeUsage: boolean, count: number): void {
   let next = 0;
   const tick = () => {
     res.write(trickleEvents[next++] as string);
-    if (next < CHUNKS) return;
+    if (next < count) return;
     clearInterval(timer);
     res.write(finishEvent);
-    if (includeUsage) res.write(trickleUsageEvent);
+    if (includeUsage) res.write(trickleUsageEvent(count));
     res.end(DONE);
   };
   const timer = setInterval(tick, GAP_MS);
@@ -105,7 +118,11 @@ const server = http.createServer((req, res) => {
   const parts: Buffer[] = [];
   req.on('data', (part: Buffer) => parts.push(part));
   req.on('end', () => {
-    let body: { stream?: boolean; stream_options?: { include_usage?: boolean } | null };
+    let body: {
+      stream?: boolean;
+      stream_options?: { include_usage?: boolean } | null;
+      max_tokens?: number;
+    };
     try {
       body = JSON.parse(Buffer.concat(parts).toString('utf8'));
     } catch {
@@ -113,7 +130,12 @@ const server = http.createServer((req, res) => {
     }
     if (body.stream !== true) return send(res, 200, completion);
     res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' });
-    if (CHUNKS > 0) return trickle(res, body.stream_options?.include_usage === true);
+    if (CHUNKS > 0) {
+      // An engine stops at max_tokens: a stream asked for fewer chunks than CHUNKS gets that many.
+      const asked = body.max_tokens;
+      const count = typeof asked === 'number' && asked >= 1 ? Math.min(CHUNKS, Math.floor(asked)) : CHUNKS;
+      return trickle(res, body.stream_options?.include_usage === true, count);
+    }
     // One write per event, as an engine sends them; all at once, as nothing is generated.
     for (const event of streamEvents) res.write(event);
     if (body.stream_options?.include_usage === true) res.write(usageEvent);
