@@ -1,3 +1,4 @@
+import { isUtf8 } from 'node:buffer';
 import { randomUUID } from 'node:crypto';
 import Fastify, { type FastifyInstance, type FastifyRequest, LogController } from 'fastify';
 import type { Logger } from 'pino';
@@ -7,6 +8,7 @@ import type { Config } from '../config/schema.js';
 import { consoleApiRoutes } from '../console/routes.js';
 import { consoleRoutes } from '../console/serve.js';
 import { leaveUndocumented, registerDocs } from '../docs/index.js';
+import { KilnError } from '../errors.js';
 import type { JobService } from '../jobs/service.js';
 import { rateHeadersHook } from '../limits/hook.js';
 import { httpMetrics } from '../metrics/http.js';
@@ -152,20 +154,27 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
 /**
  * Many clients send `Content-Type: application/json` and no body on a POST that takes none
  * (`POST /v1/jobs/{id}/cancel`): a route without a body schema gets no body instead of a 400. Where
- * a body is expected, an empty one is still 400 `invalid-json`, and so is any body that is not JSON.
+ * a body is expected, an empty one is still 400 `invalid-json`, and so is any body that is not JSON,
+ * or not UTF-8: decoding it would turn its bad bytes into U+FFFD and store that as if it were sent.
  */
 function acceptEmptyJsonWithoutBody(app: FastifyInstance): void {
   const parseJson = app.getDefaultJsonParser('error', 'error');
   app.removeContentTypeParser('application/json');
   app.addContentTypeParser(
     'application/json',
-    { parseAs: 'string' },
+    { parseAs: 'buffer' },
     function parseJsonBody(request, body, done) {
-      if (body === '' && !request.routeOptions.schema?.body) {
+      const bytes = body as Buffer;
+      if (bytes.length === 0 && !request.routeOptions.schema?.body) {
         done(null, undefined);
         return;
       }
-      parseJson(request, body as string, done);
+      if (!isUtf8(bytes)) {
+        const message = 'the body is not valid UTF-8; JSON must be sent as UTF-8';
+        done(new KilnError('invalid-json', message, { details: [{ field: 'body', rule: 'json', message }] }));
+        return;
+      }
+      parseJson(request, bytes.toString('utf8'), done);
     },
   );
 }

@@ -204,6 +204,11 @@ export function toDetails(errors: ErrorObject[], root = 'body'): ErrorDetail[] {
 
 /** Enough to say what is wrong; a body of a million NULs does not need a million details. */
 const MAX_TEXT_DETAILS = 20;
+/**
+ * How deep a JSON body may nest. Far beyond any real request (a tool's parameter schema nested ten
+ * levels uses about thirty), and far below where serialising it again would exhaust the stack.
+ */
+export const MAX_JSON_DEPTH = 128;
 /** With the `u` flag a surrogate pair is one code point, so this matches only a lone surrogate. */
 const LONE_SURROGATE = /\p{Cs}/u;
 
@@ -219,25 +224,40 @@ function unstorable(text: string): { rule: 'nul' | 'unicode'; problem: string } 
  * Where `value` holds text the two stores would treat differently, as details naming each field:
  * a NUL character (PostgreSQL refuses it, SQLite stores it) or a lone UTF-16 surrogate (PostgreSQL
  * stores U+FFFD, SQLite bytes that are not UTF-8). Kiln refuses both, so both stores give one answer.
+ * Also a number too large for a double (JSON's `1e400`), which would be stored as null, and a value
+ * nested deeper than MAX_JSON_DEPTH, which could not be serialised again to be stored.
  * Walks breadth-first without recursion, so a deeply nested JSON body cannot exhaust the stack.
  */
 export function unstorableTextDetails(value: unknown, root: string): ErrorDetail[] {
   const details: ErrorDetail[] = [];
-  const queue: Array<{ value: unknown; at: string }> = [{ value, at: '' }];
+  const queue: Array<{ value: unknown; at: string; depth: number }> = [{ value, at: '', depth: 0 }];
   for (let i = 0; i < queue.length && details.length < MAX_TEXT_DETAILS; i++) {
-    const { value: item, at } = queue[i] as (typeof queue)[number];
+    const { value: item, at, depth } = queue[i] as (typeof queue)[number];
     const field = at || root;
+    if (depth > MAX_JSON_DEPTH && item !== null && typeof item === 'object') {
+      details.push({
+        field,
+        rule: 'depth',
+        message: `${field} is nested more than ${MAX_JSON_DEPTH} levels deep`,
+        limit: MAX_JSON_DEPTH,
+      });
+      break;
+    }
     if (typeof item === 'string') {
       const bad = unstorable(item);
       if (bad) details.push({ field, rule: bad.rule, message: `${field} ${bad.problem}` });
+    } else if (typeof item === 'number' && !Number.isFinite(item)) {
+      // JSON's 1e400 parses to Infinity, which JSON cannot hold: it would be stored as null.
+      details.push({ field, rule: 'finite', message: `${field} is too large a number` });
     } else if (Array.isArray(item)) {
-      for (const [n, element] of item.entries()) queue.push({ value: element, at: `${at}[${n}]` });
+      for (const [n, element] of item.entries())
+        queue.push({ value: element, at: `${at}[${n}]`, depth: depth + 1 });
     } else if (item !== null && typeof item === 'object') {
       for (const [key, property] of Object.entries(item)) {
         const bad = unstorable(key);
         if (bad)
           details.push({ field, rule: bad.rule, message: `the field names of ${field} ${bad.problem}` });
-        else queue.push({ value: property, at: at ? `${at}.${key}` : key });
+        else queue.push({ value: property, at: at ? `${at}.${key}` : key, depth: depth + 1 });
       }
     }
   }

@@ -232,18 +232,23 @@ export class Fleet {
 
   /** The engine's own name for a public model, on this replica's engine. */
   upstreamModel(replica: Replica, model: string): string {
-    return replica.config.models[model] ?? model;
+    const { models } = replica.config;
+    return Object.hasOwn(models, model) ? (models[model] as string) : model;
   }
 
   serves(model: string): boolean {
-    return this.replicas.some((r) => !r.config.overflow && model in r.config.models);
+    // Own names only: a caller's `constructor` or `__proto__` is no model.
+    return this.replicas.some((r) => !r.config.overflow && Object.hasOwn(r.config.models, model));
   }
 
   /** A replica able to count the model's tokens exactly, if any is up. */
   counter(model: string): Replica | undefined {
     return this.replicas.find(
       (r) =>
-        !r.config.overflow && model in r.config.models && r.available && r.adapter.capabilities.introspection,
+        !r.config.overflow &&
+        Object.hasOwn(r.config.models, model) &&
+        r.available &&
+        r.adapter.capabilities.introspection,
     );
   }
 
@@ -254,7 +259,8 @@ export class Fleet {
    */
   #localUp(request: AcquireRequest, exclude: ReadonlySet<Replica>): Replica[] {
     const local = this.replicas.filter(
-      (r) => !r.config.overflow && request.model in r.config.models && r.available && !exclude.has(r),
+      (r) =>
+        !r.config.overflow && Object.hasOwn(r.config.models, request.model) && r.available && !exclude.has(r),
     );
     const fitting = local.filter((r) => r.fits(request.contextNeeded));
     const inClass = (c: RequestClass) => fitting.filter((r) => r.config.serves === c);
@@ -274,7 +280,7 @@ export class Fleet {
     const overflowAfter = this.config.routing.overflow_after_ms;
     const queueTimeout = this.#queueTimeoutMs;
     const { model } = request;
-    const overflow = this.replicas.filter((r) => r.config.overflow && model in r.config.models);
+    const overflow = this.replicas.filter((r) => r.config.overflow && Object.hasOwn(r.config.models, model));
     for (;;) {
       if (signal.aborted) throw signal.reason;
       const up = this.#localUp(request, exclude);

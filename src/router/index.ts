@@ -94,7 +94,8 @@ export class Router {
 
   /** A persona by name, or a model some local engine serves; undefined for anything else. */
   resolve(name: string): ResolvedModel | undefined {
-    const persona = this.config.personas[name];
+    // Own names only: a caller's `constructor` or `__proto__` is no persona.
+    const persona = Object.hasOwn(this.config.personas, name) ? this.config.personas[name] : undefined;
     if (persona) return { model: persona.model, persona: { name, ...persona } };
     return this.fleet.serves(name) ? { model: name } : undefined;
   }
@@ -276,7 +277,9 @@ export class Router {
   /** Personas and served models for /v1/models; `ready` when a local replica for the model is up. */
   models(): Array<{ id: string; kind: 'persona' | 'chat'; owned_by: string; ready: boolean }> {
     const readyModel = (model: string) =>
-      this.fleet.replicas.some((r) => !r.config.overflow && model in r.config.models && r.available);
+      this.fleet.replicas.some(
+        (r) => !r.config.overflow && Object.hasOwn(r.config.models, model) && r.available,
+      );
     const served = new Map<string, string>();
     for (const replica of this.fleet.replicas) {
       if (replica.config.overflow) continue;
