@@ -57,7 +57,8 @@ export function adminApiRoutes(app: FastifyInstance, deps: AppDeps): void {
   };
 
   app.register(async (admin) => {
-    admin.addHook('preHandler', requireAdmin);
+    // Before the body is read or validated: a member key learns nothing of what the API would take.
+    admin.addHook('onRequest', requireAdmin);
 
     admin.get('/admin/v1/orgs', async () => {
       const data = [];
