@@ -61,7 +61,12 @@ export const ResponseBody = Type.Object(
     temperature: nullable(Type.Number({ minimum: 0, maximum: 2 })),
     top_p: nullable(Type.Number({ minimum: 0, maximum: 1 })),
     metadata: nullable(
-      Type.Record(Type.String({ maxLength: 64 }), Type.String({ maxLength: 512 }), { maxProperties: 16 }),
+      // OpenAI's limits: 16 pairs, keys of at most 64 characters, values of at most 512. TypeBox puts
+      // no bound on a record's keys itself, hence propertyNames.
+      Type.Record(Type.String(), Type.String({ maxLength: 512 }), {
+        maxProperties: 16,
+        propertyNames: { maxLength: 64 },
+      }),
     ),
     user: Type.Optional(Type.String({ maxLength: 256 })),
     webhook: Type.Optional(Webhook),

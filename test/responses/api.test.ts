@@ -254,4 +254,31 @@ describe.each(storeCases)('the Responses API over HTTP ($name)', (storeCase) => 
       expect(fleet.quick.stats().requests).toBe(requests);
     },
   );
+
+  it.skipIf(storeCase.skip)(
+    'holds metadata to OpenAI’s limits: keys of 64 characters at most, values of 512, 16 pairs',
+    async () => {
+      const { key } = await fleet.client();
+      const ask = (metadata: Record<string, string>) =>
+        fleet.kiln.call('POST', '/v1/responses', { key, body: { model: 'm', input: 'Hi.', metadata } });
+      const longKey = await ask({ ['k'.repeat(65)]: 'v' });
+      expect(longKey.status).toBe(400);
+      expect(longKey.body.error).toMatchObject({ code: 'validation-failed', param: 'metadata' });
+      expect(longKey.body.error.details).toContainEqual(
+        expect.objectContaining({ field: 'metadata', limit: 64 }),
+      );
+      const longValue = await ask({ k: 'v'.repeat(513) });
+      expect(longValue.status).toBe(400);
+      expect(longValue.body.error.details).toContainEqual(
+        expect.objectContaining({ field: 'metadata.k', limit: 512 }),
+      );
+      const many = await ask(Object.fromEntries(Array.from({ length: 17 }, (_, i) => [`k${i}`, 'v'])));
+      expect(many.status).toBe(400);
+      expect((await fleet.kiln.call('GET', '/v1/jobs', { key })).body.data).toEqual([]);
+      const atLimits = { ['k'.repeat(64)]: 'v'.repeat(512) };
+      const taken = await ask(atLimits);
+      expect(taken.status).toBe(200);
+      expect(taken.body.metadata).toEqual(atLimits);
+    },
+  );
 });
