@@ -156,6 +156,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
  * (`POST /v1/jobs/{id}/cancel`): a route without a body schema gets no body instead of a 400. Where
  * a body is expected, an empty one is still 400 `invalid-json`, and so is any body that is not JSON,
  * or not UTF-8: decoding it would turn its bad bytes into U+FFFD and store that as if it were sent.
+ * A compressed body (`Content-Encoding: gzip`) is 415: Kiln reads bodies as they are sent.
  */
 function acceptEmptyJsonWithoutBody(app: FastifyInstance): void {
   const parseJson = app.getDefaultJsonParser('error', 'error');
@@ -165,6 +166,16 @@ function acceptEmptyJsonWithoutBody(app: FastifyInstance): void {
     { parseAs: 'buffer' },
     function parseJsonBody(request, body, done) {
       const bytes = body as Buffer;
+      const encoding = request.headers['content-encoding'];
+      if (encoding !== undefined && encoding.toLowerCase() !== 'identity') {
+        done(
+          new KilnError(
+            'unsupported-media-type',
+            `Content-Encoding ${encoding} is not supported: send the JSON body uncompressed`,
+          ),
+        );
+        return;
+      }
       if (bytes.length === 0 && !request.routeOptions.schema?.body) {
         done(null, undefined);
         return;

@@ -1,3 +1,4 @@
+import { gzipSync } from 'node:zlib';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
 const MAX_JSON_DEPTH = 128;
@@ -143,6 +144,28 @@ for (const storeCase of storeCases) {
       expect(response.status).toBe(400);
       expect(response.body.error.details[0]).toMatchObject({ field: 'max_output_tokens', rule: 'finite' });
       expect(await jobsOf(key)).toEqual([]);
+    });
+
+    it('a compressed body is 415 unsupported-media-type, not a 400 about its JSON; nothing is stored', async () => {
+      const send = (encoding: string, body: Buffer | string) =>
+        fetch(`${kiln.url}/api/v1/contexts`, {
+          method: 'POST',
+          headers: {
+            authorization: `Bearer ${kiln.adminKey}`,
+            'content-type': 'application/json',
+            'content-encoding': encoding,
+          },
+          body,
+        });
+      const json = JSON.stringify({ name: 'zipped', content: 'hello' });
+      const zipped = await send('gzip', gzipSync(json));
+      expect(zipped.status).toBe(415);
+      expect(((await zipped.json()) as any).error).toMatchObject({
+        code: 'unsupported-media-type',
+        message: expect.stringContaining('gzip'),
+      });
+      expect((await kiln.call('GET', '/api/v1/contexts/zipped')).status).toBe(404);
+      expect((await send('identity', json)).status).toBe(201);
     });
   });
 }
