@@ -277,6 +277,13 @@ for (const storeCase of storeCases) {
       ).toBe(true);
       expect((await kiln.call('GET', '/v1/jobs?status=nope')).status).toBe(400);
       expect((await kiln.call('GET', '/v1/jobs?kind=none')).body.data).toEqual([]);
+      // A cursor that is no job id (corrupted, truncated) ends the list rather than starting it again,
+      // so a client paging with it cannot loop.
+      for (const after of ['zzz', 'chatcmpl-xyz', '%20'])
+        expect((await kiln.call('GET', `/v1/jobs?after=${after}`)).body).toMatchObject({
+          data: [],
+          has_more: false,
+        });
     });
 
     it('the usage ledger has one row per terminal job, summed per kind, per organisation', async () => {

@@ -411,7 +411,8 @@ export class JobRepository {
       where.push('kind = ?');
       params.push(options.kind);
     }
-    if (options.after) {
+    // A cursor given empty (unparseable, from the API) matches nothing: every id sorts after ''.
+    if (options.after !== undefined) {
       where.push('id < ?');
       params.push(options.after);
     }
