@@ -216,7 +216,18 @@ export function responseRoutes(app: FastifyInstance, deps: AppDeps): void {
       ]);
     }
     if (job.status === 'cancelled') return responseOf(job);
-    return responseOf(await deps.jobs.cancel(orgId, job.id));
+    try {
+      return responseOf(await deps.jobs.cancel(orgId, job.id));
+    } catch (error) {
+      if (!(error instanceof KilnError) || error.code !== 'job-already-terminal') throw error;
+      // Said of the response, with the response attached, as this API speaks of responses.
+      const ended = await find(orgId, request.params.id);
+      throw new KilnError(
+        'job-already-terminal',
+        `response ${RESPONSE_PREFIX}${ended.id} is already ${ended.status}`,
+        { attach: { response: responseOf(ended) } },
+      );
+    }
   });
 
   app.delete<{ Params: { id: string } }>('/v1/responses/:id', async (request) => {

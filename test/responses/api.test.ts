@@ -100,6 +100,25 @@ describe.each(storeCases)('the Responses API over HTTP ($name)', (storeCase) => 
     },
   );
 
+  it.skipIf(storeCase.skip)(
+    'cancelling a background response that already ended is 409 naming the response, with it attached',
+    async () => {
+      const { key } = await fleet.client();
+      const { id } = (await create(key, { model: 'brief', input: 'Hi.', background: true })).body as {
+        id: string;
+      };
+      await until(async () => (await retrieve(key, id)).body.status === 'completed', 5000, 'the end');
+      const refused = await fleet.kiln.call('POST', `/v1/responses/${id}/cancel`, { key });
+      expect(refused.status).toBe(409);
+      expect(refused.body.error).toMatchObject({
+        code: 'job-already-terminal',
+        message: `response ${id} is already completed`,
+      });
+      expect(refused.body.response).toEqual((await retrieve(key, id)).body);
+      expect(refused.body).not.toHaveProperty('job');
+    },
+  );
+
   it.skipIf(storeCase.skip)('DELETE answers the deletion object; a second DELETE is a 404', async () => {
     const { key } = await fleet.client();
     const { id } = (await create(key, { model: 'brief', input: 'Say something.' })).body as { id: string };
