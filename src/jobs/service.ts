@@ -259,7 +259,7 @@ export class JobService {
     if (job.expires_at !== null && job.expires_at <= Date.now()) {
       throw new KilnError(
         'job-expired',
-        `job ${publicId} finished more than the retention period ago and its result is gone`,
+        `job ${publicId} is gone: it was deleted, or it finished more than the retention period ago`,
       );
     }
     return job;
