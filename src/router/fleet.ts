@@ -54,6 +54,11 @@ export class Replica implements ReplicaTarget, ReplicaView {
     this.contextTokens = config.context_tokens;
   }
 
+  /** Whether the engine's config names this public model; own names only, so `constructor` is none. */
+  offers(model: string): boolean {
+    return Object.hasOwn(this.config.models, model);
+  }
+
   /** Up (by the last health check) and not ejected for repeated errors. */
   get available(): boolean {
     return this.healthy && Date.now() >= this.ejectedUntil;
@@ -232,23 +237,17 @@ export class Fleet {
 
   /** The engine's own name for a public model, on this replica's engine. */
   upstreamModel(replica: Replica, model: string): string {
-    const { models } = replica.config;
-    return Object.hasOwn(models, model) ? (models[model] as string) : model;
+    return replica.offers(model) ? (replica.config.models[model] as string) : model;
   }
 
   serves(model: string): boolean {
-    // Own names only: a caller's `constructor` or `__proto__` is no model.
-    return this.replicas.some((r) => !r.config.overflow && Object.hasOwn(r.config.models, model));
+    return this.replicas.some((r) => !r.config.overflow && r.offers(model));
   }
 
   /** A replica able to count the model's tokens exactly, if any is up. */
   counter(model: string): Replica | undefined {
     return this.replicas.find(
-      (r) =>
-        !r.config.overflow &&
-        Object.hasOwn(r.config.models, model) &&
-        r.available &&
-        r.adapter.capabilities.introspection,
+      (r) => !r.config.overflow && r.offers(model) && r.available && r.adapter.capabilities.introspection,
     );
   }
 
@@ -259,8 +258,7 @@ export class Fleet {
    */
   #localUp(request: AcquireRequest, exclude: ReadonlySet<Replica>): Replica[] {
     const local = this.replicas.filter(
-      (r) =>
-        !r.config.overflow && Object.hasOwn(r.config.models, request.model) && r.available && !exclude.has(r),
+      (r) => !r.config.overflow && r.offers(request.model) && r.available && !exclude.has(r),
     );
     const fitting = local.filter((r) => r.fits(request.contextNeeded));
     const inClass = (c: RequestClass) => fitting.filter((r) => r.config.serves === c);
@@ -280,7 +278,7 @@ export class Fleet {
     const overflowAfter = this.config.routing.overflow_after_ms;
     const queueTimeout = this.#queueTimeoutMs;
     const { model } = request;
-    const overflow = this.replicas.filter((r) => r.config.overflow && Object.hasOwn(r.config.models, model));
+    const overflow = this.replicas.filter((r) => r.config.overflow && r.offers(model));
     for (;;) {
       if (signal.aborted) throw signal.reason;
       const up = this.#localUp(request, exclude);

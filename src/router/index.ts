@@ -277,9 +277,7 @@ export class Router {
   /** Personas and served models for /v1/models; `ready` when a local replica for the model is up. */
   models(): Array<{ id: string; kind: 'persona' | 'chat'; owned_by: string; ready: boolean }> {
     const readyModel = (model: string) =>
-      this.fleet.replicas.some(
-        (r) => !r.config.overflow && Object.hasOwn(r.config.models, model) && r.available,
-      );
+      this.fleet.replicas.some((r) => !r.config.overflow && r.offers(model) && r.available);
     const served = new Map<string, string>();
     for (const replica of this.fleet.replicas) {
       if (replica.config.overflow) continue;
