@@ -43,6 +43,8 @@ export interface SqlDriver extends SqlExecutor {
    * share one with others' work, whose locks could be taken in another order. `oneStatement` says
    * that `fn` issues a single statement, atomic on its own: a driver may run it without BEGIN and
    * COMMIT (PostgreSQL does, sparing two round trips; SQLite's group commit costs it less).
+   * Both drivers commit transactions asked for together as one group, and when one of them fails,
+   * run each again on its own: `fn` may run twice, so it must do nothing outside the transaction.
    */
   transaction<T>(fn: (tx: SqlExecutor) => Promise<T>, options?: TransactionOptions): Promise<T>;
   /** Runs a script of several statements without parameters (migrations). */

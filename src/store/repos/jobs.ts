@@ -239,7 +239,8 @@ export class JobRepository {
    * answers the terminal row, or undefined if another party won. PostgreSQL does both in one
    * statement (one round trip); SQLite, whose statements cost no round trip, in two. With the row as
    * its runner holds it (`known`), the terminal row is built from it rather than read back: only the
-   * columns the run may have moved (progress, meta) come back.
+   * columns the run may have moved (progress, meta) come back, and on SQLite not even those when the
+   * job completed with what its run recorded.
    */
   async finish(
     id: string,
@@ -255,7 +256,8 @@ export class JobRepository {
        WHERE id = ? AND ${GUARDS[guard.by]}`;
     // The terminal columns, in the UPDATE's order: its first parameters, and the built row's.
     const ended = endedColumns(outcome, now, retentionMs);
-    const params = [...Object.values(ended), json(outcome.meta), outcome.status, id, ...guardValues(guard)];
+    const meta = json(outcome.meta);
+    const params = [...Object.values(ended), meta, outcome.status, id, ...guardValues(guard)];
     const units = [outcome.usage?.inputUnits ?? 0, outcome.usage?.outputUnits ?? 0];
     const returning = known
       ? 'RETURNING id, org_id, key_id, kind, status, started_at, finished_at, progress, meta'
@@ -267,25 +269,37 @@ export class JobRepository {
          SELECT * FROM finished`,
         [...params, ...units],
       );
+    } else if (known && outcome.status === 'completed' && outcome.meta !== undefined) {
+      // Every column of the terminal row is known (a completed job's progress is 1, its meta what
+      // the run recorded): no RETURNING, which costs SQLite a temporary table for each statement.
+      if ((await this.db.run(update, params)) === 0) return undefined;
+      row = terminalRow(known, ended, { meta, progress: 1 });
+      await this.#ledger(row, units);
+      return row;
     } else {
       row = await this.db.get<JobRow>(`${update} ${returning}`, params);
-      if (row) {
-        const runMs =
-          row.started_at === null || row.finished_at === null ? 0 : row.finished_at - row.started_at;
-        await this.db.run(`${LEDGER_INSERT} VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ${LEDGER_CONFLICT}`, [
-          row.id,
-          row.org_id,
-          row.key_id,
-          row.kind,
-          row.status,
-          runMs,
-          ...units,
-          row.finished_at,
-        ]);
-      }
+      if (row) await this.#ledger(row, units);
     }
     if (!row || !known) return row;
     return terminalRow(known, ended, row);
+  }
+
+  /** SQLite: the usage-ledger row of a job made terminal by the statement before. */
+  async #ledger(
+    row: Pick<JobRow, 'id' | 'org_id' | 'key_id' | 'kind' | 'status' | 'started_at' | 'finished_at'>,
+    units: readonly number[],
+  ): Promise<void> {
+    const runMs = row.started_at === null || row.finished_at === null ? 0 : row.finished_at - row.started_at;
+    await this.db.run(`${LEDGER_INSERT} VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ${LEDGER_CONFLICT}`, [
+      row.id,
+      row.org_id,
+      row.key_id,
+      row.kind,
+      row.status,
+      runMs,
+      ...units,
+      row.finished_at,
+    ]);
   }
 
   /**

@@ -113,8 +113,10 @@ export class SqliteDriver implements SqlDriver {
 
   /**
    * Group commit: transactions asked for in the same turn of the event loop run in one SQLite
-   * transaction, each inside a savepoint of its own — one that fails rolls back alone — and all
-   * resolve only once the shared COMMIT is done. Under load this turns many commits into one.
+   * transaction and all resolve only once the shared COMMIT is done. Under load this turns many
+   * commits into one. Should any unit fail, the group rolls back and each unit runs again in a
+   * transaction of its own, so only the failing one fails — as on PostgreSQL, and without the two
+   * statements a savepoint per unit would cost every transaction in the common case.
    */
   transaction<T>(fn: (tx: SqlExecutor) => Promise<T>): Promise<T> {
     return new Promise<T>((resolve, reject) => {
@@ -135,39 +137,33 @@ export class SqliteDriver implements SqlDriver {
   }
 
   async #commitGroup(units: GroupUnit[]): Promise<void> {
-    const outcomes: Array<{ ok: true; value: unknown } | { ok: false; error: unknown }> = [];
+    if (units.length > 1 && (await this.#commitTogether(units))) return;
+    for (const unit of units) await this.#commitTogether([unit], true);
+  }
+
+  /**
+   * The units in one transaction, answered once it commits. False, with nothing written and no unit
+   * answered, when one of several fails; a unit alone (`answerFailure`) is answered its failure.
+   */
+  async #commitTogether(units: GroupUnit[], answerFailure = false): Promise<boolean> {
+    const values: unknown[] = [];
     this.#inTransaction = true;
     try {
       this.#prepare('BEGIN IMMEDIATE').run();
-      for (const unit of units) {
-        // One unit alone needs no savepoint: its failure rolls back the whole transaction below.
-        if (units.length === 1) {
-          outcomes.push({ ok: true, value: await unit.fn(this.#direct) });
-          continue;
-        }
-        this.#prepare('SAVEPOINT unit').run();
-        try {
-          outcomes.push({ ok: true, value: await unit.fn(this.#direct) });
-          this.#prepare('RELEASE unit').run();
-        } catch (error) {
-          this.#prepare('ROLLBACK TO unit').run();
-          this.#prepare('RELEASE unit').run();
-          outcomes.push({ ok: false, error });
-        }
-      }
+      for (const unit of units) values.push(await unit.fn(this.#direct));
       this.#prepare('COMMIT').run();
     } catch (error) {
+      // A failing statement may have ended the transaction itself (SQLITE_FULL, SQLITE_IOERR).
       if (this.#db.inTransaction) this.#prepare('ROLLBACK').run();
-      for (const unit of units) unit.reject(error);
-      return;
+      if (answerFailure) for (const unit of units) unit.reject(error);
+      return false;
     } finally {
       this.#inTransaction = false;
     }
     units.forEach((unit, i) => {
-      const outcome = outcomes[i] as (typeof outcomes)[number];
-      if (outcome.ok) unit.resolve(outcome.value);
-      else unit.reject(outcome.error);
+      unit.resolve(values[i]);
     });
+    return true;
   }
 
   /** Read once per turn of the event loop: requests handled in the same turn share the reading. */
