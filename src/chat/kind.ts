@@ -224,8 +224,9 @@ export function chatKind(deps: ChatDeps): JobKind<ChatJobRequest> {
         ...(await preamble(deps.store, job.orgId, job.request, router)),
         ...(job.request.body.messages as ChatMessage[]),
       ];
-      const body = { ...(model.persona?.defaults ?? {}), ...job.request.body };
-      delete body.messages;
+      // Without the messages, by destructuring: `delete` would leave an object V8 keeps as a
+      // dictionary, slow in every later spread and read of it on the way to the engine.
+      const { messages: _messages, ...body } = { ...(model.persona?.defaults ?? {}), ...job.request.body };
       const created = Math.floor(Date.now() / 1000);
       const renamer = new ChunkRenamer(job.publicId, job.request.model, created);
       const relay = new ChunkRelay(job.request.includeUsage, renamer, (text) => job.publish(text));
