@@ -166,14 +166,19 @@ export interface Child {
   stop(): Promise<void>;
 }
 
-/** Starts `node <args>` from the repository root, tracked so that it dies with the bench. */
+/**
+ * Starts `node <args>` from the repository root, tracked so that it dies with the bench; `wrapper`
+ * runs node under another program (`valgrind …`).
+ */
 export function startChild(
   name: string,
   args: string[],
   env: Record<string, string>,
   onStdout?: (text: string) => void,
+  wrapper: readonly string[] = [],
 ): Child {
-  const child = spawn(process.execPath, args, {
+  const [command, ...prefix] = [...wrapper, process.execPath];
+  const child = spawn(command as string, [...prefix, ...args], {
     cwd: root,
     env: cleanEnv(env),
     stdio: ['ignore', 'pipe', 'pipe'],
@@ -206,8 +211,8 @@ export function startChild(
 }
 
 /** Polls `url` until it answers 200; fails when the child exits first or after 30 s. */
-export async function ready(child: Child, url: string): Promise<void> {
-  const deadline = Date.now() + 30_000;
+export async function ready(child: Child, url: string, seconds = 30): Promise<void> {
+  const deadline = Date.now() + seconds * 1000;
   for (;;) {
     if (child.process.exitCode !== null || child.process.signalCode !== null) {
       throw new Error(`${child.name} exited before it was ready:\n${child.output()}`);
@@ -218,7 +223,7 @@ export async function ready(child: Child, url: string): Promise<void> {
       if (response.status === 200) return;
     } catch {}
     if (Date.now() > deadline)
-      throw new Error(`${child.name} not ready at ${url} after 30 s:\n${child.output()}`);
+      throw new Error(`${child.name} not ready at ${url} after ${seconds} s:\n${child.output()}`);
     await new Promise((r) => setTimeout(r, 100));
   }
 }
@@ -325,6 +330,8 @@ export interface KilnSettings {
   nodeArgs?: string[];
   /** Another checkout whose built `bin/kiln.js` runs instead of this one's (bench/ab.ts). */
   checkout?: string;
+  /** Runs node under this program (bench/streams/instructions.ts: valgrind), slower to start. */
+  wrapper?: string[];
   logLevel: string;
 }
 
@@ -358,18 +365,24 @@ engines:
 `,
   );
   const kilnBin = path.join(s.checkout ?? root, 'bin', 'kiln.js');
-  const child = startChild(name, [...(s.nodeArgs ?? []), kilnBin, 'serve'], {
-    KILN_CONFIG: configFile,
-    KILN_LOG_LEVEL: s.logLevel,
-    ...(s.storeUrl ? { KILN_STORE_URL: s.storeUrl } : {}),
-  });
+  const child = startChild(
+    name,
+    [...(s.nodeArgs ?? []), kilnBin, 'serve'],
+    {
+      KILN_CONFIG: configFile,
+      KILN_LOG_LEVEL: s.logLevel,
+      ...(s.storeUrl ? { KILN_STORE_URL: s.storeUrl } : {}),
+    },
+    undefined,
+    s.wrapper,
+  );
   const url = `http://127.0.0.1:${port}`;
   const stop = async () => {
     await child.stop();
     if (schema) await dropSchema(schema);
   };
   try {
-    await ready(child, `${url}/readyz`);
+    await ready(child, `${url}/readyz`, s.wrapper ? 600 : 30);
   } catch (error) {
     await stop();
     throw error;

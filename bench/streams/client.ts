@@ -146,6 +146,12 @@ async function connect(pool: Pool, target: StreamTarget, streams: number): Promi
   );
 }
 
+/** Called around a run's streams, after its connections are open (bench/streams/instructions.ts). */
+export interface RunHooks {
+  before(): Promise<void>;
+  after(): Promise<void>;
+}
+
 /**
  * `streams` streams at once on a target, connections opened beforehand, each tagged uniquely (`tag`
  * plus its index) so no two prompts are alike; CPU time of the target's process over the run.
@@ -155,6 +161,7 @@ export async function runStreams(
   streams: number,
   w: Workload,
   tag: string,
+  hooks?: RunHooks,
 ): Promise<RunResult> {
   const pool = new Pool(target.origin, {
     connections: streams,
@@ -170,6 +177,7 @@ export async function runStreams(
   let seconds: number;
   try {
     await connect(pool, target, streams);
+    await hooks?.before();
     const cpuBefore = cpuMs(target.pid);
     const clientBefore = process.cpuUsage();
     const started = performance.now();
@@ -179,6 +187,7 @@ export async function runStreams(
     seconds = (performance.now() - started) / 1000;
     client = process.cpuUsage(clientBefore);
     const cpuAfter = cpuMs(target.pid);
+    await hooks?.after();
     if (cpuBefore !== undefined && cpuAfter !== undefined) cpu = cpuAfter - cpuBefore;
   } finally {
     await pool.close();

@@ -12,12 +12,10 @@
  * `perf record -g -p {pid} -o perf.data`).
  */
 import { spawn } from 'node:child_process';
-import { mkdtempSync, readdirSync, readFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import path from 'node:path';
-import { runBench, scratchDir, startKiln, startUpstream } from '../lib.js';
+import { readdirSync, readFileSync } from 'node:fs';
+import { runBench, startUpstream } from '../lib.js';
 import { runStreams } from './client.js';
-import { kilnTarget, type Running, startBareRelay } from './targets.js';
+import { startRelay } from './targets.js';
 
 const env = process.env;
 const kind = process.argv[2] ?? 'sqlite';
@@ -56,28 +54,9 @@ function syscalls(pid: number): { reads: number; writes: number } {
   return { reads: Number(io.syscr), writes: Number(io.syscw) };
 }
 
-async function startRelay(upstreamUrl: string): Promise<Running> {
-  if (kind === 'bare') return startBareRelay(kind, upstreamUrl, NODE_ARGS);
-  if (kind === 'fastify')
-    return startBareRelay(kind, upstreamUrl, NODE_ARGS, 'bench/streams/fastify-relay.ts');
-  if (kind !== 'sqlite' && kind !== 'postgres')
-    throw new Error(`relay ${kind}: bare, fastify, sqlite or postgres`);
-  const kiln = await startKiln(`kiln serve (${kind})`, {
-    dir: scratchDir(mkdtempSync(path.join(tmpdir(), 'kiln-probe-'))),
-    upstreamUrl,
-    model: MODEL,
-    workers: 1024,
-    maxConcurrency: 4096,
-    postgresUrl: kind === 'postgres' ? 'postgres://postgres@127.0.0.1:5432/test' : undefined,
-    nodeArgs: NODE_ARGS,
-    logLevel: 'warn',
-  });
-  return { target: kilnTarget(kind, kiln), stop: () => kiln.stop() };
-}
-
 async function main(): Promise<void> {
   const upstream = await startUpstream([`--chunks=${CHUNKS}`, '--gap-ms=20']);
-  const relay = await startRelay(upstream.url);
+  const relay = await startRelay(kind, upstream.url, MODEL, { nodeArgs: NODE_ARGS });
   const pid = relay.target.pid as number;
   const workload = { model: MODEL, chunks: CHUNKS };
   try {
