@@ -163,6 +163,8 @@ export interface Child {
   process: ChildProcess;
   /** The end of what it wrote, for the error when it dies. */
   output(): string;
+  /** How long it may take to answer: 30 s, or 10 minutes under a wrapper as slow as valgrind. */
+  readySeconds: number;
   stop(): Promise<void>;
 }
 
@@ -198,6 +200,7 @@ export function startChild(
     name,
     process: child,
     output: () => tail,
+    readySeconds: wrapper.length > 0 ? 600 : 30,
     async stop() {
       if (child.exitCode === null && child.signalCode === null) {
         child.kill('SIGTERM');
@@ -210,8 +213,9 @@ export function startChild(
   };
 }
 
-/** Polls `url` until it answers 200; fails when the child exits first or after 30 s. */
-export async function ready(child: Child, url: string, seconds = 30): Promise<void> {
+/** Polls `url` until it answers 200; fails when the child exits first or after its `readySeconds`. */
+export async function ready(child: Child, url: string): Promise<void> {
+  const seconds = child.readySeconds;
   const deadline = Date.now() + seconds * 1000;
   for (;;) {
     if (child.process.exitCode !== null || child.process.signalCode !== null) {
@@ -382,7 +386,7 @@ engines:
     if (schema) await dropSchema(schema);
   };
   try {
-    await ready(child, `${url}/readyz`, s.wrapper ? 600 : 30);
+    await ready(child, `${url}/readyz`);
   } catch (error) {
     await stop();
     throw error;

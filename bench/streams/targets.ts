@@ -36,7 +36,7 @@ export async function startBareRelay(
     wrapper,
   );
   const origin = `http://127.0.0.1:${port}`;
-  await ready(child, `${origin}/health`, wrapper ? 600 : 30);
+  await ready(child, `${origin}/health`);
   return {
     target: { name, origin, headers: { ...JSON_BODY }, probePath: '/health', pid: child.process.pid },
     stop: () => child.stop(),
