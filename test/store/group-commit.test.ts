@@ -275,6 +275,13 @@ for (const storeCase of storeCases) {
       expect(await observer.driver.get('SELECT value FROM settings WHERE name = ?', ['taken'])).toEqual({
         value: 'before',
       });
+      // The connections that carried the failed group (PostgreSQL writes a group's statements in one
+      // go, so those behind the failure were refused too) serve the next wave as usual.
+      const again = await oneStatementWave((i) => `again-${i}`);
+      expect(again.filter((outcome) => outcome.status === 'rejected')).toEqual([]);
+      expect(await observer.driver.all("SELECT name FROM settings WHERE name LIKE 'again-%'")).toHaveLength(
+        36,
+      );
     });
 
     it('a transaction alone that fails leaves nothing, and the next one commits', async () => {
