@@ -4,7 +4,12 @@ import path from 'node:path';
 import Database from 'better-sqlite3';
 import { timeStoreQuery } from '../../metrics/store.js';
 import type { Channel, Dialect, SqlDriver, SqlExecutor } from '../driver.js';
-import { type Checkpointer, startCheckpointer } from './checkpointer.js';
+import {
+  CHECKPOINT_DEFAULTS,
+  type Checkpointer,
+  type CheckpointSettings,
+  startCheckpointer,
+} from './checkpointer.js';
 
 interface GroupUnit {
   fn: (tx: SqlExecutor) => Promise<unknown>;
@@ -57,7 +62,7 @@ export class SqliteDriver implements SqlDriver {
   readonly #events = new EventEmitter().setMaxListeners(0);
   readonly #dataVersion: Database.Statement;
 
-  constructor(file: string) {
+  constructor(file: string, checkpoints: CheckpointSettings = CHECKPOINT_DEFAULTS) {
     if (file !== ':memory:') ownerOnly(file);
     this.#db = new Database(file);
     this.#db.pragma('journal_mode = WAL');
@@ -68,7 +73,7 @@ export class SqliteDriver implements SqlDriver {
     if (file !== ':memory:') {
       // Checkpoints happen on a thread of their own, never inside a request's COMMIT.
       this.#db.pragma('wal_autocheckpoint = 0');
-      this.#checkpointer = startCheckpointer(file);
+      this.#checkpointer = startCheckpointer(file, checkpoints);
     }
   }
 
@@ -193,6 +198,11 @@ export class SqliteDriver implements SqlDriver {
   }
 
   async prepareDatabase(): Promise<void> {}
+
+  /** How many times the checkpointer emptied the WAL under load (0 for an in-memory database). */
+  get walRestarts(): number {
+    return this.#checkpointer?.restarts ?? 0;
+  }
 
   async ping(): Promise<void> {
     await this.get('SELECT 1');
