@@ -5,7 +5,8 @@
  * request per target, and what each gateway adds over the direct path. Run with
  * `npm run bench:overhead`; writes the `overhead` section of docs/benchmarks.md.
  *
- * Environment: BENCH_REQUESTS (3000 per case), BENCH_WARMUP (3000: a gateway is measured warm, its code compiled, as after hours of serving), BENCH_CONCURRENCY (32),
+ * Environment: BENCH_REQUESTS (3000 per case), BENCH_WARMUP (20000: a gateway is measured warm, its code compiled, as after hours of serving; after
+ * 3000, V8 still optimised about 35 of Kiln's functions during the measured requests, 9 % of its CPU), BENCH_CONCURRENCY (32),
  * BENCH_ROUNDS (3: each case's requests are split into rounds, interleaved across the targets, then
  * pooled), BENCH_UNLOADED (500 requests one at a time per case afterwards; 0 skips that pass),
  * BENCH_KILN_WORKERS (64), BENCH_OVERHEAD_POSTGRES_URL (postgres://postgres@127.0.0.1:5432/test; Kiln
@@ -33,7 +34,7 @@ import {
 } from './lib.js';
 
 const TOTAL = Number(process.env.BENCH_REQUESTS ?? 3000);
-const WARMUP = Number(process.env.BENCH_WARMUP ?? 3000);
+const WARMUP = Number(process.env.BENCH_WARMUP ?? 20000);
 const CONCURRENCY = Number(process.env.BENCH_CONCURRENCY ?? 32);
 const KILN_WORKERS = Number(process.env.BENCH_KILN_WORKERS ?? 64);
 const UNLOADED = Number(process.env.BENCH_UNLOADED ?? 500);
@@ -545,7 +546,9 @@ PostgreSQL Kiln, with the PostgreSQL server):
   every stream with 500); note that Portkey's stream relay sleeps 25 ms before its first event by design;
 - the load generator (this script): an undici keep-alive pool with one connection per request in flight.
 
-${CONCURRENCY} requests in flight, ${WARMUP} warm-up then ${TOTAL} measured requests per row, in ${ROUNDS} rounds interleaved
+${CONCURRENCY} requests in flight, ${WARMUP} warm-up (so that V8 has optimised each gateway's request path, as
+after hours of serving: after 3,000, it still compiled about 35 of Kiln's functions during the measured requests)
+then ${TOTAL} measured requests per row, in ${ROUNDS} rounds interleaved
 across the targets (in a different order each round) and pooled; each request has a unique prompt
 (so Kiln's prefix tracker sees no shared prefix); every response is checked — status 200, the expected
 content, for a stream the usage chunk and \`data: [DONE]\` last — and failures count as errors. Added = the

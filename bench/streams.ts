@@ -9,7 +9,9 @@
  *
  * Environment: BENCH_STREAMS_N (256 concurrent streams), BENCH_STREAMS_CHUNKS (100 content chunks per
  * stream), BENCH_STREAMS_GAP_MS (20 ms between them), BENCH_STREAMS_WARMUP (N: rounds of that many
- * concurrent streams per target first), BENCH_STREAMS_WARMUP_ROUNDS (8), BENCH_STREAMS_RUNS (5 measured
+ * concurrent streams per target first), BENCH_STREAMS_WARMUP_ROUNDS (8), BENCH_STREAMS_WARMUP_STARTS
+ * (16384 one-chunk streams per target before those, BENCH_STREAMS_WARMUP at a time: enough starts for
+ * V8 to optimise the start path), BENCH_STREAMS_RUNS (5 measured
  * runs at N per target, the targets taken in turn; each figure is their median), BENCH_STREAMS_POSTGRES_URL (postgres://postgres@127.0.0.1:5432/test; a fresh schema, dropped
  * after), BENCH_STREAMS_RAMP=0 (skips the capacity ramp: 64, 128, … 1024 concurrent streams, then
  * steps of 512), BENCH_STREAMS_MAX (4096: the ramp's last level), BENCH_STREAMS_WRITE=0 (print only), BENCH_STREAMS_PROFILE_DIR (diagnostic: the Kiln
@@ -53,6 +55,7 @@ const CHUNKS = Number(env.BENCH_STREAMS_CHUNKS ?? 100);
 const GAP_MS = Number(env.BENCH_STREAMS_GAP_MS ?? 20);
 const WARMUP = Number(env.BENCH_STREAMS_WARMUP ?? N);
 const WARMUP_ROUNDS = Number(env.BENCH_STREAMS_WARMUP_ROUNDS ?? 8);
+const WARMUP_STARTS = Number(env.BENCH_STREAMS_WARMUP_STARTS ?? 16384);
 const RUNS = Math.max(1, Number(env.BENCH_STREAMS_RUNS ?? 5));
 const POSTGRES_URL = env.BENCH_STREAMS_POSTGRES_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
 const RAMP = env.BENCH_STREAMS_RAMP !== '0';
@@ -161,6 +164,13 @@ function report(r: RunResult): void {
 
 async function warmUp(target: StreamTarget, run: string): Promise<void> {
   if (WARMUP <= 0) return;
+  // Starts first: a function run once per stream needs thousands of calls before V8 optimises it, and
+  // one-chunk streams make them quickly.
+  for (let started = 0, round = 0; started < WARMUP_STARTS; started += WARMUP, round++) {
+    const warm = await runStreams(target, WARMUP, { model: MODEL, chunks: 1 }, `${run}-warm-start-${round}`);
+    if (errorCount(warm) === warm.streams)
+      throw new Error(`${target.name}: every warm-up stream failed: ${[...warm.errors.keys()][0]}`);
+  }
   for (let round = 0; round < WARMUP_ROUNDS; round++) {
     const warm = await runStreams(target, WARMUP, workload, `${run}-warm-${round}`);
     if (errorCount(warm) === warm.streams)
@@ -439,9 +449,11 @@ sharing its CPUs with this client; all five are up at once, idle but for the run
   the run; each read is timestamped as it arrives (the events it completes share that time) and
   parsed once the run is over.
 
-${WARMUP_ROUNDS} warm-up rounds of ${WARMUP} concurrent streams per target first, so that a gateway's upstream connections
-are open and its code compiled, as after hours of serving (one round was not enough: V8 had not yet optimised the
-start path, and the next rounds measured up to a third less CPU per chunk). Then ${RUNS} measured runs of ${N}
+Each target is warmed up first, so that a gateway's upstream connections are open and its code compiled, as
+after hours of serving: ${WARMUP_STARTS} streams of one content chunk, ${WARMUP} at a time (a function run once per stream
+needs thousands of calls before V8 optimises it; after 3,000 sync requests it was still optimising about 35 of
+Kiln's), then ${WARMUP_ROUNDS} rounds of ${WARMUP} concurrent streams of the measured shape (one round was not enough: the
+next rounds measured up to a third less CPU per chunk). Then ${RUNS} measured runs of ${N}
 streams per target, going round the targets in turn (each one's first run, then each one's second, …): this
 machine's speed drifts, by up to a third within an hour, and taken in turn every target sees the same drift.
 Each figure in the table is the median of a target's ${RUNS} runs'. TTFT = from sending the request to the first chunk carrying content;
