@@ -438,6 +438,11 @@ async function main(): Promise<void> {
           console.log(
             `${phase.name.padEnd(8)} c=${String(phase.concurrency).padEnd(3)} ${mode.padEnd(10)} ${target.name.padEnd(17)} ${Math.round(r.rps).toString().padStart(6)} req/s  p50 ${fmt(r.p50)} ms  p99 ${fmt(r.p99)} ms${stream ? `  first chunk p50 ${fmt(r.firstP50)} ms` : ''}  CPU ${cpu(r)} ms/req  ok ${r.ok}/${phase.total}`,
           );
+          // Each round's CPU per request, to tell a round the host disturbed from a steady cost.
+          const rounds = (batches[t] as Batch[]).map((b) =>
+            b.cpu === undefined || b.ms.length === 0 ? 'n/a' : (b.cpu / b.ms.length).toFixed(2),
+          );
+          console.log(`  CPU ms/req by round: ${rounds.join(', ')}`);
           for (const [message, count] of r.errors) console.log(`  ${count} × ${message}`);
         }
       } finally {
