@@ -14,24 +14,31 @@ import { Worker } from 'node:worker_threads';
  * more passes follow until one leaves at most `tailFrames` uncopied, and then a RESTART checkpoint:
  * it takes the writer's lock, copies that tail, and makes the next write start the log over. New
  * commits wait for it (the whole checkpoint, lock wait included, took 9–17 ms under 32 requests in
- * flight); the file stays at the size it reached.
+ * flight); the file stays at the size it reached. A reader in another process holding an old
+ * snapshot (`kiln backup`) would keep the restart waiting, commits with it, for as long as the busy
+ * timeout: the restart gives up after `restartWaitMs` instead, and waits 5 passes before it tries
+ * again.
  * A TRUNCATE checkpoint would also shrink the file, but held the writer for 50 ms and more.
  */
 const CODE = `
 const { workerData, parentPort } = require('node:worker_threads');
 const Database = require(workerData.module);
 const db = new Database(workerData.file);
-db.pragma('busy_timeout = 5000');
+// A restart holds new commits while it waits, and a reader in another process (a backup) can keep it
+// waiting: it gives up after this long, and the log is not tried again for a while.
+db.pragma('busy_timeout = ' + workerData.restartWaitMs);
 const passive = () => db.pragma('wal_checkpoint(PASSIVE)')[0];
+let restartAfter = 0;
 const checkpoint = () => {
   try {
     let pass = passive();
-    if (!pass || pass.log < workerData.restartFrames) return;
+    if (!pass || pass.log < workerData.restartFrames || Date.now() < restartAfter) return;
     // Each pass copies what arrived during the one before, so a few leave little behind; the
     // restart then holds the writer only for that.
     for (let i = 0; i < 4 && pass.log - pass.checkpointed > workerData.tailFrames; i++) pass = passive();
     const [restart] = db.pragma('wal_checkpoint(RESTART)');
     if (restart && restart.busy === 0) parentPort.postMessage('restarted');
+    else restartAfter = Date.now() + workerData.everyMs * 5;
   } catch {}
 };
 const timer = setInterval(checkpoint, workerData.everyMs);
@@ -45,12 +52,18 @@ export interface CheckpointSettings {
   restartFrames: number;
   /** What a restart may have left to copy: passive passes run first until no more is left than this. */
   tailFrames: number;
+  /**
+   * How long a restart waits for the writer and for readers in other processes before it gives up
+   * (and is not tried again for 5 passes). Commits wait for it meanwhile.
+   */
+  restartWaitMs: number;
 }
 
 export const CHECKPOINT_DEFAULTS: CheckpointSettings = {
   everyMs: 1000,
   restartFrames: 16_384,
   tailFrames: 256,
+  restartWaitMs: 100,
 };
 
 export interface Checkpointer {
