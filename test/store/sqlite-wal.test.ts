@@ -20,6 +20,18 @@ const WRITERS = 16;
 
 const sha256 = (text: string) => createHash('sha256').update(text).digest('hex');
 
+/** Saves `content` as the organisation's context `name`. */
+const saveContext = (store: Store, orgId: string, name: string, content: string) =>
+  store.contexts.save({
+    orgId,
+    name,
+    content,
+    description: null,
+    sizeBytes: content.length,
+    sha256: sha256(content),
+    createdBy: 'test',
+  });
+
 describe('SQLite WAL under steady writes', () => {
   const cleanups: Array<() => Promise<void> | void> = [];
   afterEach(async () => {
@@ -45,15 +57,7 @@ describe('SQLite WAL under steady writes', () => {
         while (Date.now() < until) {
           const name = `blob-${n++}`;
           const content = `${name}:`.padEnd(CONTENT_BYTES, String.fromCharCode(97 + (n % 26)));
-          await store.contexts.save({
-            orgId: org.id,
-            name,
-            content,
-            description: null,
-            sizeBytes: content.length,
-            sha256: sha256(content),
-            createdBy: 'test',
-          });
+          await saveContext(store, org.id, name, content);
           written.set(name, sha256(content));
           largestWal = Math.max(largestWal, statSync(`${file}-wal`).size);
           // As requests arriving over sockets would: the event loop turns between saves.
@@ -114,18 +118,7 @@ describe('SQLite WAL under steady writes', () => {
     cleanups.push(() => store.close());
     await store.migrate();
     const org = (await store.orgs.create('acme')) as { id: string };
-    const save = (name: string) => {
-      const content = name.padEnd(CONTENT_BYTES, 'x');
-      return store.contexts.save({
-        orgId: org.id,
-        name,
-        content,
-        description: null,
-        sizeBytes: content.length,
-        sha256: sha256(content),
-        createdBy: 'test',
-      });
-    };
+    const save = (name: string) => saveContext(store, org.id, name, name.padEnd(CONTENT_BYTES, 'x'));
     // As `kiln backup` or another tool would: a connection of its own, inside a read transaction.
     const reader = new Database(file, { readonly: true });
     cleanups.push(() => {
