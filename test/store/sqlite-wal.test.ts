@@ -68,7 +68,7 @@ describe('SQLite WAL under steady writes', () => {
     return { file, store, driver, org, written, largestWal, wal: statSync(`${file}-wal`).size };
   }
 
-  it('the log is emptied once a pass leaves more than the bound in it, and nothing written is lost', async () => {
+  it('the log is started over once a pass leaves more than the bound in it, and nothing written is lost', async () => {
     // Without the bound: the log only grows while the writes last. What one save adds to it:
     const unbounded = await writeSteadily({
       everyMs: 50,
@@ -85,7 +85,7 @@ describe('SQLite WAL under steady writes', () => {
     expect(run.written.size).toBeGreaterThan(1000);
     expect(run.driver.walRestarts).toBeGreaterThan(0);
     // The bound (1 MiB), plus what arrives between two passes and while one runs: a fraction of
-    // what the same saves leave in a log that is never emptied.
+    // what the same saves leave in a log that is never started over.
     expect(run.largestWal).toBeLessThan((perSave * run.written.size) / 2);
 
     // Every save is there, with its content, in this process and after a reopen.

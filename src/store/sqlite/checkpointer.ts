@@ -67,7 +67,7 @@ export const CHECKPOINT_DEFAULTS: CheckpointSettings = {
 };
 
 export interface Checkpointer {
-  /** How many times the log was emptied under load. */
+  /** How many times the log was started over under load. */
   readonly restarts: number;
   stop(): Promise<void>;
 }

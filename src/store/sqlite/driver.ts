@@ -199,7 +199,7 @@ export class SqliteDriver implements SqlDriver {
 
   async prepareDatabase(): Promise<void> {}
 
-  /** How many times the checkpointer emptied the WAL under load (0 for an in-memory database). */
+  /** How many times the checkpointer started the WAL over under load (0 for an in-memory database). */
   get walRestarts(): number {
     return this.#checkpointer?.restarts ?? 0;
   }
