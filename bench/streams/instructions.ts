@@ -13,6 +13,8 @@
  *
  * Run as `npx tsx bench/streams/instructions.ts sqlite` after `npm run build` (`bare`, `fastify`,
  * `sqlite` or `postgres`; valgrind installed). Environment: COUNT_N (64 streams per run),
+ * COUNT_CHUNKS (1 content chunk per stream; with more, the difference between two counts divided by
+ * the difference in chunks is what a chunk costs), COUNT_GAP_MS (20 between an engine's chunks),
  * COUNT_WARMUP_ROUNDS (100, uninstrumented and so several times faster, until the JIT has settled),
  * COUNT_RUNS (6), COUNT_NODE_ARGS (more node options for the relay). Node runs about 50 times slower
  * under callgrind: the defaults take two minutes.
@@ -30,6 +32,8 @@ const kind = process.argv[2] ?? 'sqlite';
 const N = Number(env.COUNT_N ?? 64);
 const WARMUP_ROUNDS = Number(env.COUNT_WARMUP_ROUNDS ?? 100);
 const RUNS = Number(env.COUNT_RUNS ?? 6);
+const CHUNKS = Number(env.COUNT_CHUNKS ?? 1);
+const GAP_MS = Number(env.COUNT_GAP_MS ?? 20);
 // The perf map names JIT code in the profiles.
 const NODE_ARGS = ['--perf-basic-prof', ...(env.COUNT_NODE_ARGS ?? '').split(' ').filter(Boolean)];
 const MODEL = 'bench-model';
@@ -94,10 +98,10 @@ function nameJitFrames(profile: string, perfMap: string): void {
 }
 
 async function main(): Promise<void> {
-  const upstream = await startUpstream(['--chunks=1', '--gap-ms=20']);
+  const upstream = await startUpstream([`--chunks=${CHUNKS}`, `--gap-ms=${GAP_MS}`]);
   const relay = await startRelay(kind, upstream.url, MODEL, { nodeArgs: NODE_ARGS, wrapper: VALGRIND });
   const pid = relay.target.pid as number;
-  const workload = { model: MODEL, chunks: 1 };
+  const workload = { model: MODEL, chunks: CHUNKS };
   // Per stream, by run: the main thread's instructions, and every thread's (V8's helpers compile
   // and collect garbage).
   const mainThread: number[] = [];
