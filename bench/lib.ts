@@ -346,6 +346,15 @@ export interface Kiln extends Server {
   stop(): Promise<void>;
 }
 
+/**
+ * The node options a `kiln` bin's shebang names (`#!/usr/bin/env -S node …`): the gateway is measured
+ * as `kiln serve`, the image and `npm start` run it.
+ */
+function binNodeOptions(kilnBin: string): string[] {
+  const shebang = /^#!\/usr\/bin\/env -S node (.+)\n/.exec(readFileSync(kilnBin, 'utf8'));
+  return shebang?.[1]?.split(' ') ?? [];
+}
+
 /** `kiln serve` with one engine pool (`serves: unique`) on the upstream, once /readyz answers. */
 export async function startKiln(name: string, s: KilnSettings): Promise<Kiln> {
   const port = await freePort();
@@ -371,7 +380,7 @@ engines:
   const kilnBin = path.join(s.checkout ?? root, 'bin', 'kiln.js');
   const child = startChild(
     name,
-    [...(s.nodeArgs ?? []), kilnBin, 'serve'],
+    [...binNodeOptions(kilnBin), ...(s.nodeArgs ?? []), kilnBin, 'serve'],
     {
       KILN_CONFIG: configFile,
       KILN_LOG_LEVEL: s.logLevel,

@@ -216,11 +216,23 @@ describe('Dockerfile', () => {
     expect(rebuilt.sort()).toEqual(allowed.sort());
   });
 
-  it('starts a real `kiln` command from the bin package.json names', async () => {
+  it('starts a real `kiln` command from the bin package.json names, with the node options its shebang names', async () => {
     const [entry] = inFinal('ENTRYPOINT');
     const [cmd] = inFinal('CMD');
-    const argv = [...execForm(entry?.args ?? '[]'), ...execForm(cmd?.args ?? '[]')];
-    expect(argv[0]).toBe('node');
+    const [node, ...rest] = [...execForm(entry?.args ?? '[]'), ...execForm(cmd?.args ?? '[]')];
+    expect(node).toBe('node');
+    // Node's own options come before the script (V8 reads its flags when it starts): the image, the
+    // bin run by `kiln …` and `npm start` all give the gateway the same ones.
+    const nodeOptions = rest.slice(
+      0,
+      rest.findIndex((arg) => !arg.startsWith('-')),
+    );
+    const shebang = /^#!\/usr\/bin\/env -S node(?: (.*))?\n/.exec(read(pkg.bin.kiln as string));
+    expect(shebang, 'the bin runs node with options through env -S').not.toBeNull();
+    const binOptions = shebang?.[1]?.split(' ') ?? [];
+    expect(nodeOptions).toEqual(binOptions);
+    expect(pkg.scripts.start).toBe(['node', ...binOptions, pkg.bin.kiln, 'start'].join(' '));
+    const argv: string[] = [node as string, ...rest.slice(nodeOptions.length)];
     expect(contextPathOf(argv[1] as string)).toBe(kilnBin);
     // `kiln` on PATH (for `docker compose exec gateway kiln keys list`) is the same file.
     const link = commandsOf(dockerfile, finalStage).find((c) => c[0] === 'ln');
