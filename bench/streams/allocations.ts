@@ -12,7 +12,8 @@
  * Run as `npx tsx bench/streams/allocations.ts sqlite` after `npm run build` (`bare`, `fastify`,
  * `sqlite` or `postgres`). Environment: ALLOC_N (256 streams), ALLOC_CHUNKS (100), ALLOC_WARMUP_ROUNDS
  * (8), ALLOC_TOP (20 functions listed). The profiler samples one allocation in 256 bytes on average:
- * figures under a few hundred bytes per stream are noise. `post` (node:inspector) in the lists is the
+ * figures under a few hundred bytes per stream are noise. The profiler slows the process and its
+ * collections: take pause lengths from a run without it (`--trace-gc`). `post` (node:inspector) in the lists is the
  * sampler's own, not the relay's.
  */
 import { readFileSync, rmSync } from 'node:fs';

@@ -9,7 +9,7 @@ import { KILN_BIN, kiln } from '../helpers/cli.js';
 import { closedPort } from '../helpers/ports.js';
 
 /**
- * The gateway's port as a newcomer meets it: `npm start` (`node bin/kiln.js start`) on a port that
+ * The gateway's port as a newcomer meets it: `npm start` (`node … bin/kiln.js start`) on a port that
  * is taken must stop at once, say which port and how to pick another, and leave nothing running;
  * `--port` picks the port on the command line, over KILN_PORT.
  */
