@@ -12,8 +12,7 @@ const session = new Session();
 session.connect();
 let collections;
 const observer = new PerformanceObserver((list) => {
-  for (const entry of list.getEntries())
-    collections?.push({ kind: entry.detail?.kind, ms: entry.duration, at: entry.startTime });
+  for (const entry of list.getEntries()) collections?.push({ kind: entry.detail?.kind, ms: entry.duration });
 });
 let written = 0;
 
