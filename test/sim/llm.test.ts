@@ -890,6 +890,26 @@ describe('LLM simulator: n choices', () => {
   });
 });
 
+/**
+ * A streamed request the drop-mid-stream fault cuts off: what arrived, and how it ended. node:http
+ * rather than fetch: a fetch body that errors discards the chunks not yet read, which on a busy
+ * machine can be the events that did arrive.
+ */
+function cutStream(sim: LlmSim, prompt: string): Promise<{ status: number; text: string; failure: unknown }> {
+  return new Promise((resolve) => {
+    const req = request(`${sim.url}/v1/chat/completions`, { method: 'POST' }, (res) => {
+      let text = '';
+      res.setEncoding('utf8');
+      res.on('data', (piece: string) => {
+        text += piece;
+      });
+      res.on('error', (error) => resolve({ status: res.statusCode ?? 0, text, failure: error }));
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, text, failure: undefined }));
+    });
+    req.end(JSON.stringify({ model: MODEL, stream: true, ...ask(prompt, { max_tokens: 20 }) }));
+  });
+}
+
 describe('LLM simulator: faults', () => {
   let sim: LlmSim;
   beforeAll(async () => {
@@ -921,22 +941,7 @@ describe('LLM simulator: faults', () => {
 
   it('drop-mid-stream: the stream ends abruptly after N events, without [DONE]', async () => {
     await sim.setFault({ kind: 'drop-mid-stream', afterChunks: 3 });
-    // node:http rather than fetch: a fetch body that errors discards the chunks not yet read,
-    // which on a busy machine can be the events that did arrive.
-    const { status, text, failure } = await new Promise<{ status: number; text: string; failure: unknown }>(
-      (resolve) => {
-        const req = request(`${sim.url}/v1/chat/completions`, { method: 'POST' }, (res) => {
-          let text = '';
-          res.setEncoding('utf8');
-          res.on('data', (piece: string) => {
-            text += piece;
-          });
-          res.on('error', (error) => resolve({ status: res.statusCode ?? 0, text, failure: error }));
-          res.on('end', () => resolve({ status: res.statusCode ?? 0, text, failure: undefined }));
-        });
-        req.end(JSON.stringify({ model: MODEL, stream: true, ...ask('cut me off', { max_tokens: 20 }) }));
-      },
-    );
+    const { status, text, failure } = await cutStream(sim, 'cut me off');
     expect(status).toBe(200);
     expect(failure).toBeInstanceOf(Error);
     const received = events(text);
@@ -948,6 +953,27 @@ describe('LLM simulator: faults', () => {
     await expect(chat(sim, ask('whole answer please', { max_tokens: 3 }))).rejects.toThrow();
     await sim.setFault(undefined);
     expect((await chat(sim, ask('again', { max_tokens: 3 }))).status).toBe(200);
+  });
+
+  it('drop-mid-stream: every allowed event is out before the cut, however late the decode runs', async () => {
+    // A decode behind its schedule writes several steps in one tick; the cut must not destroy the
+    // connection while the earlier ones are still corked.
+    for (const decodeMsPerToken of [0.05, 0.2]) {
+      const own = await startLlmSim({ decodeMsPerToken });
+      try {
+        for (const afterChunks of [3, 8, 16]) {
+          await own.setFault({ kind: 'drop-mid-stream', afterChunks });
+          for (let i = 0; i < 15; i++) {
+            const { text } = await cutStream(own, `late decode ${afterChunks} ${i}`);
+            expect(events(text), `${decodeMsPerToken} ms a token, ${afterChunks} events`).toHaveLength(
+              afterChunks,
+            );
+          }
+        }
+      } finally {
+        await own.close();
+      }
+    }
   });
 
   it("error: chat completions answer the status in vLLM's shape; set and cleared over HTTP too", async () => {

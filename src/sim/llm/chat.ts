@@ -199,6 +199,17 @@ async function stream(res: ServerResponse, engine: LlmEngine, signal: AbortSigna
   res.flushHeaders();
   let events = 0;
   let cut = false;
+  // The drop-mid-stream fault cuts the connection once every allowed event is out: destroying at
+  // once would drop writes still corked (Node flushes a response's writes on the next tick), and a
+  // decode that runs late writes several steps in one tick.
+  let unwritten = 0;
+  const written = () => {
+    if (--unwritten === 0 && cut) res.destroy();
+  };
+  const write = (text: string) => {
+    unwritten++;
+    res.write(text, written);
+  };
   /** Writes the events in one go; false once the drop-mid-stream fault has cut the connection. */
   const send = (batch: string[]): boolean => {
     if (cut) return false;
@@ -206,14 +217,12 @@ async function stream(res: ServerResponse, engine: LlmEngine, signal: AbortSigna
       const allowed = batch.slice(0, dropAfter - events).join('');
       events = dropAfter;
       cut = true;
-      // Cut once the allowed events are out: destroying at once would drop them while the
-      // response is still corked (Node flushes a response's writes on the next tick).
-      if (allowed === '') res.destroy();
-      else res.write(allowed, () => res.destroy());
+      if (allowed !== '' && !res.destroyed) write(allowed);
+      if (unwritten === 0) res.destroy();
       return false;
     }
     events += batch.length;
-    if (batch.length > 0 && !res.destroyed) res.write(batch.join(''));
+    if (batch.length > 0 && !res.destroyed) write(batch.join(''));
     return true;
   };
   if (dropAfter === 0) {
