@@ -58,4 +58,33 @@ describe('folding a stream into a completion', () => {
       { type: 'function', id: 'call_1', function: { name: 'get_weather', arguments: '{"city":"Oslo"}' } },
     ]);
   });
+
+  it('gives back any text exactly, however it was split and however long it grows', () => {
+    // A surrogate pair split across two chunks, a lone surrogate, and more than the first buffer holds.
+    const pieces = ['Grüße, ', '世界', ' \ud83d', '\ude00', ' "quoted"\n', 'x'.repeat(1000), '\ud800 lone'];
+    const folded = new CompletionAssembler();
+    folded.add(chunk({ role: 'assistant', content: '' }));
+    // Parsed chunks and content-only ones (a ContentChunkShape's) fold into the same text.
+    pieces.forEach((piece, i) => {
+      if (i % 2 === 0) folded.add(chunk({ content: piece }));
+      else folded.addContent(0, piece);
+    });
+    const content = folded.result().choices[0]?.message.content;
+    expect(content).toBe(pieces.join(''));
+    expect(content).toContain('😀');
+  });
+
+  it('answers empty content for a choice whose chunks carried only an empty string, null for tool calls alone', () => {
+    const empty = new CompletionAssembler();
+    empty.add(chunk({ role: 'assistant', content: '' }));
+    expect(empty.result().choices[0]?.message.content).toBe('');
+    const tools = new CompletionAssembler();
+    tools.add(
+      chunk({
+        role: 'assistant',
+        tool_calls: [{ index: 0, id: 'c', function: { name: 'f', arguments: '{}' } }],
+      }),
+    );
+    expect(tools.result().choices[0]?.message.content).toBeNull();
+  });
 });
