@@ -40,6 +40,12 @@ export interface RunResult {
   clientPerChunkUs: number;
   errors: Map<string, number>;
   seconds: number;
+  /**
+   * Where the worst gaps fell: the gaps at or above the p99, counted by the 100 ms of the run (from
+   * the first request sent) in which each ended, as [ms, count] in time order. A pause of the relay
+   * shows as most of them in one bin; a slow path, as a spread. A single run's only.
+   */
+  worstGaps?: Array<[number, number]>;
 }
 
 export const errorCount = (r: RunResult) => [...r.errors.values()].reduce((a, b) => a + b, 0);
@@ -211,6 +217,9 @@ function analyse(
   const expected = trickleContent(w.chunks);
   const ttft: number[] = [];
   const gaps: number[] = [];
+  /** When each gap in `gaps` ended, in ms from the first request sent. */
+  const gapEnds: number[] = [];
+  const start = Math.min(...received.map((r) => r.sent));
   const errors = new Map<string, number>();
   let chunks = 0;
   for (const r of received) {
@@ -218,7 +227,10 @@ function analyse(
     try {
       const times = contentTimes(r, expected);
       ttft.push((times[0] as number) - r.sent);
-      for (let i = 1; i < times.length; i++) gaps.push((times[i] as number) - (times[i - 1] as number));
+      for (let i = 1; i < times.length; i++) {
+        gaps.push((times[i] as number) - (times[i - 1] as number));
+        gapEnds.push((times[i] as number) - start);
+      }
     } catch (error) {
       const message = String((error as Error).message ?? error);
       errors.set(message, (errors.get(message) ?? 0) + 1);
@@ -227,6 +239,12 @@ function analyse(
   const none = { median: Number.NaN, p99: Number.NaN };
   const t = ttft.length > 0 ? summarise(ttft) : none;
   const g = gaps.length > 0 ? summarise(gaps) : none;
+  const worst = new Map<number, number>();
+  gaps.forEach((gap, i) => {
+    if (gap < g.p99) return;
+    const bin = Math.floor((gapEnds[i] as number) / 100) * 100;
+    worst.set(bin, (worst.get(bin) ?? 0) + 1);
+  });
   return {
     target: name,
     streams: received.length,
@@ -239,5 +257,6 @@ function analyse(
     clientPerChunkUs: (cpu.client * 1000) / chunks,
     errors,
     seconds,
+    worstGaps: [...worst].sort((a, b) => a[0] - b[0]),
   };
 }

@@ -3,13 +3,15 @@
  * behind Fastify, bench/streams/fastify-relay.ts — `sqlite` or `postgres`) on an upstream of its own,
  * warmed up, then measured runs of the trickling workload. For each run it prints
  * the relay's CPU by thread, user and system apart, and its read and write syscalls per relayed chunk
- * (from /proc), besides the client's figures. The third round of bench/streams-notes.md comes from it.
+ * (from /proc), besides the client's figures, and when the run's worst gaps (the 1 % at or above the
+ * p99) ended, by 100 ms of the run. The third round of bench/streams-notes.md comes from it.
  *
  * Run as `npx tsx bench/streams/probe.ts sqlite` after `npm run build`. Environment: PROBE_N (256
  * streams), PROBE_CHUNKS (100 per stream), PROBE_WARMUP_ROUNDS (8), PROBE_RUNS (1), PROBE_NODE_ARGS
  * (node options for the relay, e.g. `--perf-basic-prof`), PROBE_ATTACH (a shell command started for
  * each run, `{pid}` replaced by the relay's and stopped with SIGINT after it, e.g.
- * `perf record -g -p {pid} -o perf.data`).
+ * `perf record -g -p {pid} -o perf.data`), PROBE_LOG (a file the relay's stdout and stderr are
+ * appended to, e.g. for `PROBE_NODE_ARGS=--trace-gc-nvp`).
  */
 import { spawn } from 'node:child_process';
 import { readdirSync, readFileSync } from 'node:fs';
@@ -56,7 +58,9 @@ function syscalls(pid: number): { reads: number; writes: number } {
 
 async function main(): Promise<void> {
   const upstream = await startUpstream([`--chunks=${CHUNKS}`, '--gap-ms=20']);
-  const relay = await startRelay(kind, upstream.url, MODEL, { nodeArgs: NODE_ARGS });
+  // The relay's output to a file, through a shell that execs node with it redirected.
+  const wrapper = env.PROBE_LOG ? ['sh', '-c', `exec "$0" "$@" >> '${env.PROBE_LOG}' 2>&1`] : undefined;
+  const relay = await startRelay(kind, upstream.url, MODEL, { nodeArgs: NODE_ARGS, wrapper });
   const pid = relay.target.pid as number;
   const workload = { model: MODEL, chunks: CHUNKS };
   try {
@@ -86,6 +90,8 @@ async function main(): Promise<void> {
         `  per chunk: ${((callsAfter.reads - callsBefore.reads) / r.chunks).toFixed(2)} read and ${((callsAfter.writes - callsBefore.writes) / r.chunks).toFixed(2)} write syscalls`,
       );
       console.log(`  threads: ${threads.join('; ')}`);
+      const worst = (r.worstGaps ?? []).map(([ms, n]) => `${ms}: ${n}`).join(', ');
+      console.log(`  gaps at or above the p99, by 100 ms of the run: ${worst}`);
     }
   } finally {
     await relay.stop();
