@@ -60,8 +60,22 @@ describe('folding a stream into a completion', () => {
   });
 
   it('gives back any text exactly, however it was split and however long it grows', () => {
-    // A surrogate pair split across two chunks, a lone surrogate, and more than the first buffer holds.
-    const pieces = ['Grüße, ', '世界', ' \ud83d', '\ude00', ' "quoted"\n', 'x'.repeat(1000), '\ud800 lone'];
+    // A surrogate pair split across two chunks, a lone surrogate, a long piece, and enough pieces to be
+    // joined in batches of 16 on the way: after the role chunk's '' and the first seven pieces, the
+    // second pair is split across the first batch's end.
+    const words = Array.from({ length: 40 }, (_, i) => ` w${i}`);
+    words[7] = ' \ud83d';
+    words[8] = '\ude03';
+    const pieces = [
+      'Grüße, ',
+      '世界',
+      ' \ud83d',
+      '\ude00',
+      ' "quoted"\n',
+      'x'.repeat(1000),
+      '\ud800 lone',
+      ...words,
+    ];
     const folded = new CompletionAssembler();
     folded.add(chunk({ role: 'assistant', content: '' }));
     // Parsed chunks and content-only ones (a ContentChunkShape's) fold into the same text.
@@ -72,6 +86,7 @@ describe('folding a stream into a completion', () => {
     const content = folded.result().choices[0]?.message.content;
     expect(content).toBe(pieces.join(''));
     expect(content).toContain('😀');
+    expect(content).toContain('😃');
   });
 
   it('answers empty content for a choice whose chunks carried only an empty string, null for tool calls alone', () => {

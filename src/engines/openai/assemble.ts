@@ -7,8 +7,37 @@ interface ToolCallDelta {
   function?: { name?: string; arguments?: string };
 }
 
+/** How many pieces an answer's text gathers before joining them (StreamedText). */
+const PIECES_PER_JOIN = 16;
+
+/**
+ * An answer's text as it streams in, a piece per chunk. Built with `+=`, it would hold a piece and a
+ * concatenation for every chunk for as long as the answer streams: each young-generation collection
+ * copies them and the next promotes them, to die in the old generation at the answer's end. Joined
+ * every PIECES_PER_JOIN pieces instead, most pieces die young, and what lives on is one string per
+ * join (bench/streams-notes.md, the twelfth round).
+ */
+export class StreamedText {
+  #joined = '';
+  readonly #pieces: string[] = [];
+
+  add(piece: string): void {
+    this.#pieces.push(piece);
+    if (this.#pieces.length < PIECES_PER_JOIN) return;
+    this.#joined += this.#pieces.join('');
+    this.#pieces.length = 0;
+  }
+
+  toString(): string {
+    return this.#joined + this.#pieces.join('');
+  }
+}
+
 interface ChoiceState {
+  /** `content` stays null here while the answer streams: its text is `text` until `result()`. */
   message: ChatMessage & { content: string | null };
+  /** The content so far; undefined until a chunk carries content (a tool call alone has null). */
+  text: StreamedText | undefined;
   finish_reason: string | null;
   tools: ToolCallDelta[];
   /** `logprobs.content` (and `refusal`) entries, in order; null until a chunk carries logprobs. */
@@ -54,8 +83,12 @@ export class CompletionAssembler {
    * content is new, so only the content is added.
    */
   addContent(index: number, content: string): void {
-    const message = this.#choice(index).message;
-    message.content = (message.content ?? '') + content;
+    this.#text(this.#choice(index)).add(content);
+  }
+
+  #text(state: ChoiceState): StreamedText {
+    state.text ??= new StreamedText();
+    return state.text;
   }
 
   #choice(index: number): ChoiceState {
@@ -63,6 +96,7 @@ export class CompletionAssembler {
     if (!state) {
       state = {
         message: { role: 'assistant', content: null },
+        text: undefined,
         finish_reason: null,
         tools: [],
         logprobs: null,
@@ -80,7 +114,7 @@ export class CompletionAssembler {
       const value = delta[key];
       if (key === 'role' && typeof value === 'string') state.message.role = value;
       else if (key === 'content') {
-        if (typeof value === 'string') state.message.content = (state.message.content ?? '') + value;
+        if (typeof value === 'string') this.#text(state).add(value);
       } else if (TEXT_FIELDS.has(key)) {
         if (typeof value === 'string') state.message[key] = String(state.message[key] ?? '') + value;
       } else if (key === 'tool_calls') this.#addToolCalls(state, value as ToolCallDelta[] | undefined);
@@ -122,12 +156,12 @@ export class CompletionAssembler {
       model: this.#model,
       choices: [...this.#choices.entries()]
         .sort(([a], [b]) => a - b)
-        .map(([index, { message, finish_reason, tools, logprobs, extra }]) => ({
+        .map(([index, { message, text, finish_reason, tools, logprobs, extra }]) => ({
           index,
           message: {
             ...message,
             // A choice that produced no text (only tool calls) has null content, as non-streams answer.
-            content: message.content ?? (tools.length ? null : ''),
+            content: text ? text.toString() : tools.length ? null : '',
             ...(tools.length
               ? { tool_calls: tools.map(({ index: _i, ...call }) => ({ type: 'function', ...call })) }
               : {}),
