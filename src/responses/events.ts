@@ -1,4 +1,5 @@
 import type { StreamFormat } from '../api/stream.js';
+import { StreamedText } from '../engines/streamed-text.js';
 import type { ChatChunk } from '../engines/types.js';
 import { functionCallItem, messageItem } from './output.js';
 import type { Item } from './schema.js';
@@ -65,6 +66,8 @@ interface OpenMessage {
   kind: 'message';
   id: string;
   index: number;
+  /** The text as it streams in; `text` is set from it when the message closes. */
+  pieces: StreamedText;
   text: string;
 }
 
@@ -135,6 +138,7 @@ export class ResponseEvents {
         kind: 'message',
         id: this.ids('message', this.#items.length),
         index: this.#items.length,
+        pieces: new StreamedText(),
         text: '',
       };
       this.#items.push(this.#message);
@@ -152,7 +156,7 @@ export class ResponseEvents {
         part: { type: 'output_text', text: '', annotations: [], logprobs: [] },
       });
     }
-    this.#message.text += delta;
+    this.#message.pieces.add(delta);
     this.#emit({
       type: 'response.output_text.delta',
       item_id: this.#message.id,
@@ -210,6 +214,7 @@ export class ResponseEvents {
     const message = this.#message;
     if (!message) return;
     this.#message = undefined;
+    message.text = message.pieces.toString();
     const { id, index, text } = message;
     this.#emit({
       type: 'response.output_text.done',

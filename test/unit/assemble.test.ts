@@ -102,4 +102,23 @@ describe('folding a stream into a completion', () => {
     );
     expect(tools.result().choices[0]?.message.content).toBeNull();
   });
+
+  it('joins reasoning text and refusals as it joins content, each field where the engine first sent it', () => {
+    const folded = new CompletionAssembler();
+    folded.add(chunk({ role: 'assistant', content: '' }));
+    const thoughts = Array.from({ length: 20 }, (_, i) => `step ${i}. `);
+    for (const thought of thoughts) folded.add(chunk({ reasoning_content: thought }));
+    folded.add(chunk({ content: 'The answer' }));
+    folded.add(chunk({ refusal: 'I will not ' }));
+    folded.addContent(0, ' is 42.');
+    folded.add(chunk({ refusal: 'say more.', reasoning_content: null }));
+    const message = folded.result().choices[0]?.message as Record<string, unknown>;
+    expect(message).toEqual({
+      role: 'assistant',
+      content: 'The answer is 42.',
+      reasoning_content: thoughts.join(''),
+      refusal: 'I will not say more.',
+    });
+    expect(Object.keys(message)).toEqual(['role', 'content', 'reasoning_content', 'refusal']);
+  });
 });

@@ -1,3 +1,4 @@
+import { StreamedText } from '../streamed-text.js';
 import type { ChatChunk, ChatCompletion, ChatMessage } from '../types.js';
 
 interface ToolCallDelta {
@@ -7,37 +8,13 @@ interface ToolCallDelta {
   function?: { name?: string; arguments?: string };
 }
 
-/** How many pieces an answer's text gathers before joining them (StreamedText). */
-const PIECES_PER_JOIN = 16;
-
-/**
- * An answer's text as it streams in, a piece per chunk. Built with `+=`, it would hold a piece and a
- * concatenation for every chunk for as long as the answer streams: each young-generation collection
- * copies them and the next promotes them, to die in the old generation at the answer's end. Joined
- * every PIECES_PER_JOIN pieces instead, most pieces die young, and what lives on is one string per
- * join (bench/streams-notes.md, the twelfth round).
- */
-export class StreamedText {
-  #joined = '';
-  readonly #pieces: string[] = [];
-
-  add(piece: string): void {
-    this.#pieces.push(piece);
-    if (this.#pieces.length < PIECES_PER_JOIN) return;
-    this.#joined += this.#pieces.join('');
-    this.#pieces.length = 0;
-  }
-
-  toString(): string {
-    return this.#joined + this.#pieces.join('');
-  }
-}
-
 interface ChoiceState {
   /** `content` stays null here while the answer streams: its text is `text` until `result()`. */
   message: ChatMessage & { content: string | null };
   /** The content so far; undefined until a chunk carries content (a tool call alone has null). */
   text: StreamedText | undefined;
+  /** The other text fields (TEXT_FIELDS) so far, by name; `message` holds '' for each until `result()`. */
+  texts: Map<string, StreamedText>;
   finish_reason: string | null;
   tools: ToolCallDelta[];
   /** `logprobs.content` (and `refusal`) entries, in order; null until a chunk carries logprobs. */
@@ -91,12 +68,24 @@ export class CompletionAssembler {
     return state.text;
   }
 
+  #textField(state: ChoiceState, key: string): StreamedText {
+    let text = state.texts.get(key);
+    if (!text) {
+      text = new StreamedText();
+      state.texts.set(key, text);
+      // Its place among the message's fields, in the order the engine sent them.
+      state.message[key] = '';
+    }
+    return text;
+  }
+
   #choice(index: number): ChoiceState {
     let state = this.#choices.get(index);
     if (!state) {
       state = {
         message: { role: 'assistant', content: null },
         text: undefined,
+        texts: new Map(),
         finish_reason: null,
         tools: [],
         logprobs: null,
@@ -116,7 +105,7 @@ export class CompletionAssembler {
       else if (key === 'content') {
         if (typeof value === 'string') this.#text(state).add(value);
       } else if (TEXT_FIELDS.has(key)) {
-        if (typeof value === 'string') state.message[key] = String(state.message[key] ?? '') + value;
+        if (typeof value === 'string') this.#textField(state, key).add(value);
       } else if (key === 'tool_calls') this.#addToolCalls(state, value as ToolCallDelta[] | undefined);
       else if (value !== undefined && value !== null) state.message[key] = value;
     }
@@ -156,10 +145,11 @@ export class CompletionAssembler {
       model: this.#model,
       choices: [...this.#choices.entries()]
         .sort(([a], [b]) => a - b)
-        .map(([index, { message, text, finish_reason, tools, logprobs, extra }]) => ({
+        .map(([index, { message, text, texts, finish_reason, tools, logprobs, extra }]) => ({
           index,
           message: {
             ...message,
+            ...Object.fromEntries([...texts].map(([key, value]) => [key, value.toString()])),
             // A choice that produced no text (only tool calls) has null content, as non-streams answer.
             content: text ? text.toString() : tools.length ? null : '',
             ...(tools.length
