@@ -77,6 +77,8 @@ interface OpenCall {
   index: number;
   callId: string;
   name: string;
+  /** The arguments as they stream in; `args` is set from them when the call closes. */
+  pieces: StreamedText;
   args: string;
 }
 
@@ -181,6 +183,7 @@ export class ResponseEvents {
         index: this.#items.length,
         callId: typeof delta.id === 'string' && delta.id !== '' ? delta.id : `call_${id.slice(3, 27)}`,
         name: typeof fn.name === 'string' ? fn.name : '',
+        pieces: new StreamedText(),
         args: '',
       };
       this.#calls.set(key, call);
@@ -192,7 +195,7 @@ export class ResponseEvents {
       });
     }
     if (typeof fn.arguments === 'string' && fn.arguments !== '') {
-      call.args += fn.arguments;
+      call.pieces.add(fn.arguments);
       this.#emit({
         type: 'response.function_call_arguments.delta',
         item_id: call.id,
@@ -242,6 +245,7 @@ export class ResponseEvents {
   close(status: 'completed' | 'incomplete'): Item[] {
     this.#closeMessage();
     for (const call of this.#calls.values()) {
+      call.args = call.pieces.toString();
       this.#emit({
         type: 'response.function_call_arguments.done',
         item_id: call.id,

@@ -16,7 +16,10 @@ interface ChoiceState {
   /** The other text fields (TEXT_FIELDS) so far, by name; `message` holds '' for each until `result()`. */
   texts: Map<string, StreamedText>;
   finish_reason: string | null;
+  /** Tool calls by index; each one's `function.arguments` stays '' here until `result()`. */
   tools: ToolCallDelta[];
+  /** Each tool call's arguments so far, by the call's index. */
+  toolArgs: StreamedText[];
   /** `logprobs.content` (and `refusal`) entries, in order; null until a chunk carries logprobs. */
   logprobs: { content: unknown[]; refusal: unknown[] } | null;
   /** Other per-choice fields an engine sends (`stop_reason`, …), last value wins. */
@@ -88,6 +91,7 @@ export class CompletionAssembler {
         texts: new Map(),
         finish_reason: null,
         tools: [],
+        toolArgs: [],
         logprobs: null,
         extra: {},
       };
@@ -132,8 +136,10 @@ export class CompletionAssembler {
       if (call.id) into.id = call.id;
       if (call.type) into.type = call.type;
       if (call.function?.name) (into.function as { name: string }).name += call.function.name;
-      if (call.function?.arguments)
-        (into.function as { arguments: string }).arguments += call.function.arguments;
+      if (call.function?.arguments) {
+        state.toolArgs[call.index] ??= new StreamedText();
+        (state.toolArgs[call.index] as StreamedText).add(call.function.arguments);
+      }
     }
   }
 
@@ -145,7 +151,7 @@ export class CompletionAssembler {
       model: this.#model,
       choices: [...this.#choices.entries()]
         .sort(([a], [b]) => a - b)
-        .map(([index, { message, text, texts, finish_reason, tools, logprobs, extra }]) => ({
+        .map(([index, { message, text, texts, finish_reason, tools, toolArgs, logprobs, extra }]) => ({
           index,
           message: {
             ...message,
@@ -153,7 +159,13 @@ export class CompletionAssembler {
             // A choice that produced no text (only tool calls) has null content, as non-streams answer.
             content: text ? text.toString() : tools.length ? null : '',
             ...(tools.length
-              ? { tool_calls: tools.map(({ index: _i, ...call }) => ({ type: 'function', ...call })) }
+              ? {
+                  tool_calls: tools.map(({ index: i, ...call }) => ({
+                    type: 'function',
+                    ...call,
+                    function: { ...call.function, arguments: toolArgs[i]?.toString() ?? '' },
+                  })),
+                }
               : {}),
           },
           finish_reason,
