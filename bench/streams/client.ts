@@ -46,6 +46,12 @@ export interface RunResult {
    * shows as most of them in one bin; a slow path, as a spread. A single run's only.
    */
   worstGaps?: Array<[number, number]>;
+  /**
+   * The gap p99 split at the moment the last stream's first content arrived: while streams were
+   * still starting (what the starts cost the streams already running), and after. A single run's only.
+   */
+  gapP99Starting?: number;
+  gapP99Started?: number;
 }
 
 export const errorCount = (r: RunResult) => [...r.errors.values()].reduce((a, b) => a + b, 0);
@@ -222,11 +228,14 @@ function analyse(
   const start = Math.min(...received.map((r) => r.sent));
   const errors = new Map<string, number>();
   let chunks = 0;
+  /** When the last stream's first content arrived, in ms from the first request sent. */
+  let lastFirst = 0;
   for (const r of received) {
     chunks += r.events.filter((e) => e.toString() !== DONE).length;
     try {
       const times = contentTimes(r, expected);
       ttft.push((times[0] as number) - r.sent);
+      lastFirst = Math.max(lastFirst, (times[0] as number) - start);
       for (let i = 1; i < times.length; i++) {
         gaps.push((times[i] as number) - (times[i - 1] as number));
         gapEnds.push((times[i] as number) - start);
@@ -239,6 +248,8 @@ function analyse(
   const none = { median: Number.NaN, p99: Number.NaN };
   const t = ttft.length > 0 ? summarise(ttft) : none;
   const g = gaps.length > 0 ? summarise(gaps) : none;
+  const starting = gaps.filter((_, i) => (gapEnds[i] as number) <= lastFirst);
+  const started = gaps.filter((_, i) => (gapEnds[i] as number) > lastFirst);
   const worst = new Map<number, number>();
   gaps.forEach((gap, i) => {
     if (gap < g.p99) return;
@@ -258,5 +269,7 @@ function analyse(
     errors,
     seconds,
     worstGaps: [...worst].sort((a, b) => a[0] - b[0]),
+    gapP99Starting: starting.length > 0 ? summarise(starting).p99 : Number.NaN,
+    gapP99Started: started.length > 0 ? summarise(started).p99 : Number.NaN,
   };
 }

@@ -3,8 +3,9 @@
  * behind Fastify, bench/streams/fastify-relay.ts — `sqlite` or `postgres`) on an upstream of its own,
  * warmed up, then measured runs of the trickling workload. For each run it prints
  * the relay's CPU by thread, user and system apart, and its read and write syscalls per relayed chunk
- * (from /proc), besides the client's figures, and when the run's worst gaps (the 1 % at or above the
- * p99) ended, by 100 ms of the run. The third round of bench/streams-notes.md comes from it.
+ * (from /proc), besides the client's figures, when the run's worst gaps (the 1 % at or above the
+ * p99) ended, by 100 ms of the run, and the gap p99 while streams were still starting (until the last
+ * one's first content) and after. The third round of bench/streams-notes.md comes from it.
  *
  * Run as `npx tsx bench/streams/probe.ts sqlite` after `npm run build`. Environment: PROBE_N (256
  * streams), PROBE_CHUNKS (100 per stream), PROBE_WARMUP_ROUNDS (8), PROBE_RUNS (1), PROBE_NODE_ARGS
@@ -92,6 +93,11 @@ async function main(): Promise<void> {
       console.log(`  threads: ${threads.join('; ')}`);
       const worst = (r.worstGaps ?? []).map(([ms, n]) => `${ms}: ${n}`).join(', ');
       console.log(`  gaps at or above the p99, by 100 ms of the run: ${worst}`);
+      const p99 = (ms: number | undefined) =>
+        ms === undefined || Number.isNaN(ms) ? 'none' : `${ms.toFixed(1)} ms`;
+      console.log(
+        `  gap p99 while streams were still starting ${p99(r.gapP99Starting)}, after ${p99(r.gapP99Started)}`,
+      );
     }
   } finally {
     await relay.stop();
