@@ -2,7 +2,7 @@
  * A diagnostic for the garbage a relay makes, writing nothing to docs: what it allocates for a
  * stream's start and end and for each relayed chunk, by function (V8's sampling heap profiler, freed
  * objects included), and the collections that garbage costs while 256 streams run. The eleventh
- * round of bench/streams-notes.md comes from it.
+ * round of docs/streams-history.md comes from it.
  *
  * Two measured rounds after the warm-up, each profiled on its own: streams of one content chunk (what
  * a stream's start and end allocate, per stream), then streams of CHUNKS chunks (what a chunk

@@ -3,7 +3,7 @@
  * go for streams of one content chunk, counted by valgrind's callgrind (every thread, JIT code
  * included) while the runs' streams are in flight and at no other time. Each run is written as a
  * profile of its own, its JIT frames named from V8's perf map, so that `callgrind_annotate` shows
- * Kiln's functions; the eighth round of bench/streams-notes.md comes from it.
+ * Kiln's functions; the eighth round of docs/streams-history.md comes from it.
  *
  * What it is good for: exact call counts per stream (statements, JSON calls, inline-cache misses)
  * and a profile that no other load on the host disturbs. What it is not: an A/B of two builds. The

@@ -5,7 +5,7 @@
  * the relay's CPU by thread, user and system apart, and its read and write syscalls per relayed chunk
  * (from /proc), besides the client's figures, when the run's worst gaps (the 1 % at or above the
  * p99) ended, by 100 ms of the run, and the gap p99 while streams were still starting (until the last
- * one's first content) and after. The third round of bench/streams-notes.md comes from it.
+ * one's first content) and after. The third round of docs/streams-history.md comes from it.
  *
  * Run as `npx tsx bench/streams/probe.ts sqlite` after `npm run build`. Environment: PROBE_N (256
  * streams), PROBE_CHUNKS (100 per stream), PROBE_WARMUP_ROUNDS (8), PROBE_RUNS (1), PROBE_NODE_ARGS

@@ -6,7 +6,7 @@ const PIECES_PER_JOIN = 16;
  * concatenation for every chunk for as long as the answer streams: each young-generation collection
  * copies them and the next promotes them, to die in the old generation at the answer's end. Joined
  * every PIECES_PER_JOIN pieces instead, most pieces die young, and what lives on is one string per
- * join (bench/streams-notes.md, the twelfth round).
+ * join (docs/streams-history.md, the twelfth round).
  */
 export class StreamedText {
   #joined = '';
