@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { CompletionAssembler } from '../../src/engines/openai/assemble.js';
 import type { ChatChunk } from '../../src/engines/types.js';
+import { argumentFragments, interleavedCallDeltas } from '../fixtures/tool-calls.js';
 
 const chunk = (delta: Record<string, unknown>, extra: Partial<ChatChunk> = {}): ChatChunk => ({
   id: 'up-1',
@@ -62,38 +63,12 @@ describe('folding a stream into a completion', () => {
   it('joins long arguments of interleaved tool calls exactly, each call keeping its fields in order', () => {
     // A code edit streamed as arguments: 50 fragments a call, two calls interleaved, a surrogate pair
     // split across fragments and another across the 16th fragment (where a join happens).
-    const fragments = (tag: string) => {
-      const parts = Array.from({ length: 50 }, (_, i) => `${tag}${i} `);
-      parts[0] = `{"patch":"${tag}`;
-      parts[3] = ' \ud83d';
-      parts[4] = '\ude00';
-      parts[15] = ' \ud83d';
-      parts[16] = '\ude03';
-      parts[49] = '"}';
-      return parts;
-    };
-    const a = fragments('a');
-    const b = fragments('b');
+    const a = argumentFragments('a', 50);
+    const b = argumentFragments('b', 50);
     const folded = new CompletionAssembler();
-    folded.add(
-      chunk({
-        role: 'assistant',
-        tool_calls: [
-          { index: 0, id: 'call_a', type: 'function', function: { name: 'edit', arguments: '' } },
-          { index: 1, id: 'call_b', type: 'function', function: { name: 'edit' } },
-        ],
-      }),
-    );
-    a.forEach((part, i) => {
-      folded.add(
-        chunk({
-          tool_calls: [
-            { index: 0, function: { arguments: part } },
-            { index: 1, function: { arguments: b[i] } },
-          ],
-        }),
-      );
-    });
+    const [opening, ...rest] = interleavedCallDeltas(a, b);
+    folded.add(chunk({ role: 'assistant', ...opening }));
+    for (const delta of rest) folded.add(chunk(delta));
     const calls = folded.result().choices[0]?.message.tool_calls as Array<Record<string, unknown>>;
     expect(calls).toEqual([
       { type: 'function', id: 'call_a', function: { name: 'edit', arguments: a.join('') } },

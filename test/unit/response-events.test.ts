@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import type { ChatChunk } from '../../src/engines/types.js';
 import { ResponseEvents } from '../../src/responses/events.js';
+import { argumentFragments, interleavedCallDeltas } from '../fixtures/tool-calls.js';
 
 const chunk = (delta: Record<string, unknown>, finish: string | null = null): ChatChunk => ({
   id: 'up-1',
@@ -9,18 +10,6 @@ const chunk = (delta: Record<string, unknown>, finish: string | null = null): Ch
   model: 'm',
   choices: [{ index: 0, delta, finish_reason: finish }],
 });
-
-/** A long argument streamed in 40 fragments, with surrogate pairs split across two of them. */
-const fragments = (tag: string) => {
-  const parts = Array.from({ length: 40 }, (_, i) => `${tag}${i},`);
-  parts[0] = `{"patch":"${tag}`;
-  parts[5] = ' \ud83d';
-  parts[6] = '\ude00';
-  parts[15] = ' \ud83d';
-  parts[16] = '\ude03';
-  parts[39] = '"}';
-  return parts;
-};
 
 describe('a streamed response’s events', () => {
   it('joins a message and two interleaved calls of many fragments exactly, in their events and in the output', () => {
@@ -32,26 +21,9 @@ describe('a streamed response’s events', () => {
     stream.start({ id: 'resp_1', status: 'in_progress' });
     const words = Array.from({ length: 20 }, (_, i) => `word${i} `);
     for (const word of words) stream.chunk(chunk({ content: word }));
-    const a = fragments('a');
-    const b = fragments('b');
-    stream.chunk(
-      chunk({
-        tool_calls: [
-          { index: 0, id: 'call_a', type: 'function', function: { name: 'edit', arguments: '' } },
-          { index: 1, id: 'call_b', type: 'function', function: { name: 'edit' } },
-        ],
-      }),
-    );
-    a.forEach((part, i) => {
-      stream.chunk(
-        chunk({
-          tool_calls: [
-            { index: 0, function: { arguments: part } },
-            { index: 1, function: { arguments: b[i] } },
-          ],
-        }),
-      );
-    });
+    const a = argumentFragments('a', 40);
+    const b = argumentFragments('b', 40);
+    for (const delta of interleavedCallDeltas(a, b)) stream.chunk(chunk(delta));
     stream.chunk(chunk({}, 'tool_calls'));
     const output = stream.close('completed');
 
