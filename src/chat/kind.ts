@@ -1,4 +1,4 @@
-import type { ChatChunk, ChatCompletion, ChatMessage } from '../engines/types.js';
+import type { ChatChunk, ChatCompletion, ChatMessage, ContentShape } from '../engines/types.js';
 import { type HandlerResult, JobFailure, type JobKind, type RunContext } from '../jobs/kinds.js';
 import { tokenMeter } from '../limits/meter.js';
 import { EngineError, type Route, type RouteCall, type Router } from '../router/index.js';
@@ -73,6 +73,9 @@ export async function chatThroughRouter(
 export const ledgerUnits = (usage: ChatCompletion['usage']): HandlerResult<unknown>['usage'] =>
   usage ? { inputUnits: usage.prompt_tokens, outputUnits: usage.completion_tokens } : undefined;
 
+/** How a content string opens in an engine's chunk (engines/openai/chunk-shape.ts). */
+const CONTENT_KEY = '"content":"';
+
 /** A chunk as it goes out: the object, and its JSON text with Kiln's id, model and created. */
 interface Outgoing {
   chunk: ChatChunk;
@@ -105,9 +108,27 @@ export class ChunkRenamer {
   }
 
   text(chunk: ChatChunk, text: string): string {
+    return this.#inPlace(chunk, text) ?? this.serialise(chunk);
+  }
+
+  /**
+   * Kiln's text around the content string of every chunk of `shape`: the engine's, renamed in place
+   * once for the stream. Undefined where it cannot be renamed in place.
+   */
+  around(shape: ContentShape): { before: string; after: string } | undefined {
+    // The shape's text with an empty content string: still the shape's only content key, as Kiln's
+    // values are a JSON string and a number.
+    const renamed = this.#inPlace(shape.like, shape.before + shape.after);
+    if (renamed === undefined) return undefined;
+    const at = renamed.indexOf(CONTENT_KEY) + CONTENT_KEY.length;
+    return { before: renamed.slice(0, at), after: renamed.slice(at) };
+  }
+
+  /** `text` with Kiln's values in place of the engine's; undefined when it must be serialised again. */
+  #inPlace(chunk: ChatChunk, text: string): string | undefined {
     // An event's data spread over several lines (valid SSE) has line breaks in its JSON: those must
     // not reach the caller's `data:` line.
-    if (text.includes('\n') || text.includes('\r')) return this.serialise(chunk);
+    if (text.includes('\n') || text.includes('\r')) return undefined;
     // Engines that write the three fields first (vLLM, SGLang) repeat the same opening bytes in
     // every chunk: once it was renamed, it is swapped whole.
     const known = this.#opening;
@@ -131,8 +152,7 @@ export class ChunkRenamer {
       // The field's whole value, followed by `,` or `}`, and nowhere else (a nested field with the
       // same value could come first): anything else is not certainly the chunk's own field.
       const after = at === -1 ? -1 : text.charCodeAt(at + field.pattern.length);
-      if ((after !== 0x2c && after !== 0x7d) || text.includes(field.pattern, at + 1))
-        return this.serialise(chunk);
+      if ((after !== 0x2c && after !== 0x7d) || text.includes(field.pattern, at + 1)) return undefined;
       spots.push({
         at,
         keep: at + field.key.length + 3,
@@ -165,8 +185,10 @@ export class ChunkRenamer {
  * a caller that did not ask gets none, and the usage chunk's `timings` (llama.cpp) move onto the
  * chunk with the finish reason, where llama.cpp puts them for such a caller.
  */
-class ChunkRelay {
+export class ChunkRelay {
   #held: Outgoing | undefined;
+  #shape: ContentShape | undefined;
+  #around: { before: string; after: string } | undefined;
 
   constructor(
     private readonly includeUsage: boolean,
@@ -190,10 +212,18 @@ class ChunkRelay {
     else this.send(outgoing.text);
   }
 
-  /** A content chunk that repeats `like` but for its content: it finishes nothing, so it goes at once. */
-  content(like: ChatChunk, text: string): void {
+  /**
+   * A content chunk of `shape`: it finishes nothing, so it goes at once, its content's JSON text
+   * between Kiln's text around it, worked out once for the shape.
+   */
+  content(shape: ContentShape, content: string, body: string): void {
     this.end();
-    this.send(this.renamer.text(like, text));
+    if (shape !== this.#shape) {
+      this.#shape = shape;
+      this.#around = this.renamer.around(shape);
+    }
+    const around = this.#around;
+    this.send(around ? around.before + body + around.after : this.renamer.serialise(shape.chunk(content)));
   }
 
   end(): void {
@@ -238,7 +268,8 @@ export function chatKind(deps: ChatDeps): JobKind<ChatJobRequest> {
         ...(job.mode === 'stream'
           ? {
               onChunk: (chunk: ChatChunk, text: string) => relay.add(chunk, text),
-              onContent: (_content: string, text: string, like: ChatChunk) => relay.content(like, text),
+              onContent: (content: string, body: string, shape: ContentShape) =>
+                relay.content(shape, content, body),
             }
           : {}),
       });

@@ -45,6 +45,21 @@ export interface ReplicaTarget {
   readonly healthPath: string;
 }
 
+/**
+ * The content chunks of a stream that repeat one chunk but for their content string: the engine's
+ * JSON text is `before`, the string's body, then `after` (engines/openai/chunk-shape.ts).
+ */
+export interface ContentShape {
+  /** The chunk they repeat, as parsed. */
+  readonly like: ChatChunk;
+  /** The JSON text up to and including the content string's opening quote. */
+  readonly before: string;
+  /** The JSON text from the content string's closing quote to the end. */
+  readonly after: string;
+  /** A chunk of this shape with `content`. */
+  chunk(content: string): ChatChunk;
+}
+
 export interface ChatCall {
   /** The body to send, model already the engine's own name. */
   body: Record<string, unknown>;
@@ -52,11 +67,12 @@ export interface ChatCall {
   /** Set for a stream: called with each chunk as it arrives, and the JSON text the engine sent for it. */
   onChunk?: (chunk: ChatChunk, text: string) => void;
   /**
-   * Set for a stream that needs only the text of most chunks: a content chunk that repeats `like`
-   * (a chunk `onChunk` had) but for its content comes here, as its content and its text, with no
-   * object made for it. Without it, such chunks go to `onChunk` too.
+   * Set for a stream that needs only the text of most chunks: a content chunk that repeats another
+   * (one `onChunk` had) but for its content comes here, as its content, the content's JSON text (what
+   * stands between the string's quotes) and the shape the chunks share, with no object made for it.
+   * Without it, such chunks go to `onChunk` too.
    */
-  onContent?: (content: string, text: string, like: ChatChunk) => void;
+  onContent?: (content: string, body: string, shape: ContentShape) => void;
   /** Called once, when the engine's first chunk arrives (its prefill is done), in every mode. */
   onFirstChunk?: () => void;
   /** Headers the request carries besides the adapter's own: the W3C trace context. */

@@ -1,6 +1,12 @@
 import type { Logger } from 'pino';
 import type { Config } from '../config/schema.js';
-import { type ChatChunk, type ChatCompletion, type ChatMessage, EngineError } from '../engines/index.js';
+import {
+  type ChatCall,
+  type ChatChunk,
+  type ChatCompletion,
+  type ChatMessage,
+  EngineError,
+} from '../engines/index.js';
 import { EngineCallTimer } from '../metrics/engines.js';
 import { inSpan, type Span, SpanKind, traceHeaders } from '../telemetry/index.js';
 import { classify, type RequestClass } from './classify.js';
@@ -47,7 +53,7 @@ export interface RouteCall {
   body: Record<string, unknown>;
   signal: AbortSignal;
   onChunk?: (chunk: ChatChunk, text: string) => void;
-  onContent?: (content: string, text: string, like: ChatChunk) => void;
+  onContent?: ChatCall['onContent'];
   onRoute?: (route: Route) => void;
 }
 

@@ -123,14 +123,16 @@ describe('the OpenAI-compatible adapter replaying a real llama.cpp', () => {
       body: exchange.request.body,
       signal: AbortSignal.timeout(5000),
       onChunk: (_chunk, text) => texts.push(text),
-      onContent: (content, text, like) => {
+      onContent: (content, body, shape) => {
         contentOnly++;
+        // The engine's text is the shape's around the content's JSON text.
+        const text = shape.before + body + shape.after;
         texts.push(text);
         // What the text says, but for the content, is the chunk it repeats.
         const chunk = JSON.parse(text) as ChatChunk;
         expect(chunk.choices[0]?.delta).toEqual({ content });
-        expect({ ...chunk, choices: [] }).toEqual({ ...like, choices: [] });
-        expect(chunk.choices[0]?.index).toBe(like.choices[0]?.index);
+        expect({ ...chunk, choices: [] }).toEqual({ ...shape.like, choices: [] });
+        expect(chunk.choices[0]?.index).toBe(shape.like.choices[0]?.index);
       },
     });
     const events = (exchange.response.sse_events as string[])

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { ChunkRenamer } from '../../src/chat/kind.js';
+import { ChunkRelay, ChunkRenamer } from '../../src/chat/kind.js';
+import { ContentChunkShape } from '../../src/engines/openai/chunk-shape.js';
 import type { ChatChunk } from '../../src/engines/types.js';
 
 /**
@@ -168,5 +169,65 @@ describe('ChunkRenamer', () => {
       '{"id":"chatcmpl-s","object":"chat.completion.chunk","created":5,"model":"m","choices":[{"index":0,"delta":{"content":"z"},"finish_reason":null}],"timings":{"predicted_n":1}}',
     ) as ChatChunk;
     expect(JSON.parse(renamer().serialise(chunk))).toEqual({ ...chunk, ...renamed });
+  });
+});
+
+describe('ChunkRelay, content chunks read by their shape', () => {
+  /**
+   * The first chunk is learnt as the shape, as the engine call does; each later one is relayed from
+   * its content alone. Every relayed text must parse as that chunk renamed, its own content intact.
+   */
+  function relayed(texts: string[], odd = false): string[] {
+    const sent: string[] = [];
+    const model = odd ? 'pérsona "quoted" \\ name' : KILN_MODEL;
+    const relay = new ChunkRelay(true, new ChunkRenamer(KILN_ID, model, KILN_CREATED), (t) => sent.push(t));
+    const [first, ...rest] = texts as [string, ...string[]];
+    const shape = ContentChunkShape.learn(JSON.parse(first) as ChatChunk, first) as ContentChunkShape;
+    expect(shape).toBeDefined();
+    relay.add(JSON.parse(first) as ChatChunk, first);
+    for (const text of rest) {
+      const body = shape.body(text) as string;
+      expect(body, text).toBeDefined();
+      relay.content(shape, shape.decode(body) as string, body);
+    }
+    expect(sent.map((t) => JSON.parse(t))).toEqual(
+      texts.map((text) => ({ ...JSON.parse(text), id: KILN_ID, model, created: KILN_CREATED })),
+    );
+    return sent;
+  }
+
+  const contents = ['Hello', ' wörld 🔥', 'a "quoted" word', 'line\nbreak', '"id":"chatcmpl-x",', ''];
+
+  it('vLLM order: the engine’s bytes around each content, the three fields Kiln’s', () => {
+    const vllm = (content: string, id = 'chatcmpl-b1', model = 'Qwen/Qwen2.5-7B-Instruct', created = 17) =>
+      `{"id":${JSON.stringify(id)},"object":"chat.completion.chunk","created":${created},"model":${JSON.stringify(model)},"choices":[{"index":0,"delta":{"content":${JSON.stringify(content)}},"logprobs":null,"finish_reason":null}]}`;
+    const sent = relayed(contents.map((c) => vllm(c)));
+    expect(sent).toEqual(contents.map((c) => vllm(c, KILN_ID, KILN_MODEL, KILN_CREATED)));
+    relayed(
+      contents.map((c) => vllm(c)),
+      true,
+    );
+  });
+
+  it('llama.cpp order, fields after the choices', () => {
+    const llamacpp = (content: string, id = 'chatcmpl-tN', model = 'tiny', created = 1795446878) =>
+      `{"choices":[{"finish_reason":null,"index":0,"delta":{"content":${JSON.stringify(content)}}}],"created":${created},"id":${JSON.stringify(id)},"model":${JSON.stringify(model)},"system_fingerprint":"b1","object":"chat.completion.chunk"}`;
+    const sent = relayed(contents.map((c) => llamacpp(c)));
+    expect(sent).toEqual(contents.map((c) => llamacpp(c, KILN_ID, KILN_MODEL, KILN_CREATED)));
+  });
+
+  it('chunks an engine wrote without `created`, or with its id spaced, each keep their own content', () => {
+    relayed(
+      contents.map(
+        (c) =>
+          `{"id":"chatcmpl-n","object":"chat.completion.chunk","model":"m","choices":[{"index":0,"delta":{"content":${JSON.stringify(c)}},"finish_reason":null}]}`,
+      ),
+    );
+    relayed(
+      contents.map(
+        (c) =>
+          `{"id": "chatcmpl-s","created":1,"model":"m","choices":[{"index":0,"delta":{"content":${JSON.stringify(c)}},"finish_reason":null}]}`,
+      ),
+    );
   });
 });

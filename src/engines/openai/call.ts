@@ -142,11 +142,12 @@ export class ChatStreamCall implements Dispatcher.DispatchHandler {
     // Content chunks shaped like the last one learnt are read without parsing them whole, and the
     // caller that takes their content alone gets no object for them. The first chunk is never one.
     const shape = this.#shape;
-    const content = shape?.content(data);
-    if (shape && content !== undefined) {
+    const body = shape?.body(data);
+    const content = body === undefined ? undefined : shape?.decode(body);
+    if (shape && body !== undefined && content !== undefined) {
       this.#assembler.addContent(shape.index, content);
       const { onChunk, onContent } = this.call;
-      if (onContent) onContent(content, data, shape.like);
+      if (onContent) onContent(content, body, shape);
       else if (onChunk) onChunk(shape.chunk(content), data);
       else return;
       this.#sent = true;

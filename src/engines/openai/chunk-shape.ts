@@ -1,4 +1,4 @@
-import type { ChatChunk } from '../types.js';
+import type { ChatChunk, ContentShape } from '../types.js';
 
 const QUOTE = 0x22;
 const BACKSLASH = 0x5c;
@@ -38,14 +38,15 @@ function isPlainStringBody(body: string): boolean {
  * the same around a different string is read without JSON.parse — the string alone is decoded —
  * and answers the object JSON.parse would. Anything else (another shape, a role, a finish reason,
  * tool calls, usage, an error) is not read here, and the caller parses it. A caller that needs only
- * the content takes it alone (`content`), without an object per chunk.
+ * the content takes it alone (`content`), without an object per chunk; one that relays the chunk's
+ * text takes the content's JSON text too (`body`), to put between its own `before` and `after`.
  */
-export class ContentChunkShape {
+export class ContentChunkShape implements ContentShape {
   private constructor(
     /** The text up to and including the content string's opening quote. */
-    private readonly before: string,
+    readonly before: string,
     /** The text from the content string's closing quote to the end. */
-    private readonly after: string,
+    readonly after: string,
     /**
      * The chunk learnt from, a copy: every chunk read here is this one but for its content. Its own
      * fields are in the engine's order, all primitives but `choices`.
@@ -102,23 +103,34 @@ export class ContentChunkShape {
 
   /** The content of the chunk `text` is, when it has this shape; undefined when it must be parsed. */
   content(text: string): string | undefined {
+    const body = this.body(text);
+    return body === undefined ? undefined : this.decode(body);
+  }
+
+  /**
+   * The JSON text of the content string of the chunk `text` is, between its quotes, when the text is
+   * this shape's around it; undefined when it must be parsed.
+   */
+  body(text: string): string | undefined {
     const { before, after } = this;
     const end = text.length - after.length;
     // Slices compared with ===, not startsWith and endsWith: V8 compares those as memory, and the
     // two builtins with a string that is not a constant took five times as long (Node 20).
     if (end < before.length || text.slice(0, before.length) !== before || text.slice(end) !== after)
       return undefined;
-    const body = text.slice(before.length, end);
-    let content = body;
-    if (!isPlainStringBody(body)) {
-      // Escapes: the string is decoded alone. Should it not be one JSON string (an unescaped quote
-      // would make the text another shape altogether), the whole text is the caller's to parse.
-      try {
-        content = JSON.parse(`"${body}"`);
-      } catch {
-        return undefined;
-      }
+    return text.slice(before.length, end);
+  }
+
+  /**
+   * The content a `body` stands for. Should it not be one JSON string (an unescaped quote would make
+   * the text another shape altogether), undefined: the whole text is the caller's to parse.
+   */
+  decode(body: string): string | undefined {
+    if (isPlainStringBody(body)) return body;
+    try {
+      return JSON.parse(`"${body}"`) as string;
+    } catch {
+      return undefined;
     }
-    return content;
   }
 }
