@@ -113,11 +113,13 @@ export class ChunkRenamer {
 
   /**
    * Kiln's text around the content string of every chunk of `shape`: the engine's, renamed in place
-   * once for the stream. Undefined where it cannot be renamed in place.
+   * once for the shape. Undefined where it cannot be renamed in place, or the shape's text before the
+   * string does not end in its key as compact JSON writes it.
    */
   around(shape: ContentShape): { before: string; after: string } | undefined {
     // The shape's text with an empty content string: still the shape's only content key, as Kiln's
     // values are a JSON string and a number.
+    if (!shape.before.endsWith(CONTENT_KEY)) return undefined;
     const renamed = this.#inPlace(shape.like, shape.before + shape.after);
     if (renamed === undefined) return undefined;
     const at = renamed.indexOf(CONTENT_KEY) + CONTENT_KEY.length;

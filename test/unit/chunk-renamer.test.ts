@@ -216,6 +216,39 @@ describe('ChunkRelay, content chunks read by their shape', () => {
     expect(sent).toEqual(contents.map((c) => llamacpp(c, KILN_ID, KILN_MODEL, KILN_CREATED)));
   });
 
+  it('the engine’s own escapes and spacing outside the three fields reach the caller as written', () => {
+    // Bytes JSON.stringify would not write: a chunk serialised again would lose them.
+    const engine = (body: string, id = 'chatcmpl-e', created = 9, model = 'm') =>
+      `{"id":${JSON.stringify(id)},"object": "chat.completion.chunk","created":${created},"model":${JSON.stringify(model)},"choices":[{"index":0,"delta":{"content":"${body}"},"finish_reason":null}]}`;
+    const bodies = ['first', 'caf\\u00e9 \\/ ok', '\\"quoted\\"', 'plain'];
+    const sent = relayed(bodies.map((b) => engine(b)));
+    expect(sent).toEqual(bodies.map((b) => engine(b, KILN_ID, KILN_CREATED, KILN_MODEL)));
+  });
+
+  it('one relay over chunks of two shapes, back and forth: each chunk renamed around its own content', () => {
+    const choice = (index: number, content: string, id = 'chatcmpl-2', model = 'm', created = 3) =>
+      `{"id":${JSON.stringify(id)},"object":"chat.completion.chunk","created":${created},"model":${JSON.stringify(model)},"choices":[{"index":${index},"delta":{"content":${JSON.stringify(content)}},"finish_reason":null}]}`;
+    const sent: string[] = [];
+    const relay = new ChunkRelay(true, renamer(), (t) => sent.push(t));
+    const shapes = [0, 1].map((index) => {
+      const text = choice(index, 'learnt');
+      return ContentChunkShape.learn(JSON.parse(text) as ChatChunk, text) as ContentChunkShape;
+    });
+    const order: Array<[number, string]> = [
+      [0, 'a'],
+      [1, 'b'],
+      [1, 'c'],
+      [0, 'd'],
+    ];
+    for (const [index, content] of order) {
+      const body = shapes[index]?.body(choice(index, content)) as string;
+      relay.content(shapes[index] as ContentChunkShape, content, body);
+    }
+    expect(sent).toEqual(
+      order.map(([index, content]) => choice(index, content, KILN_ID, KILN_MODEL, KILN_CREATED)),
+    );
+  });
+
   it('chunks an engine wrote without `created`, or with its id spaced, each keep their own content', () => {
     relayed(
       contents.map(
