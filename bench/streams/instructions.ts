@@ -12,7 +12,9 @@
  * bench:ab remains the judge of speed.
  *
  * Run as `npx tsx bench/streams/instructions.ts sqlite` after `npm run build` (`bare`, `fastify`,
- * `sqlite` or `postgres`; valgrind installed). Environment: COUNT_N (64 streams per run),
+ * `sqlite` or `postgres`; valgrind installed). Environment: COUNT_N (64 streams per run; 4 for what
+ * a chunk costs: at 64, a relay running 50 times slower under callgrind falls behind its upstream,
+ * its reads carry several events, and a chunk counts cheaper than it runs natively),
  * COUNT_CHUNKS (1 content chunk per stream; with more, the difference between two counts divided by
  * the difference in chunks is what a chunk costs), COUNT_GAP_MS (20 between an engine's chunks),
  * COUNT_WARMUP_ROUNDS (100, uninstrumented and so several times faster, until the JIT has settled),
