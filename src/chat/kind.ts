@@ -1,4 +1,10 @@
-import type { ChatChunk, ChatCompletion, ChatMessage, ContentShape } from '../engines/types.js';
+import {
+  type ChatChunk,
+  type ChatCompletion,
+  type ChatMessage,
+  CONTENT_KEY,
+  type ContentShape,
+} from '../engines/types.js';
 import { type HandlerResult, JobFailure, type JobKind, type RunContext } from '../jobs/kinds.js';
 import { tokenMeter } from '../limits/meter.js';
 import { EngineError, type Route, type RouteCall, type Router } from '../router/index.js';
@@ -72,9 +78,6 @@ export async function chatThroughRouter(
 /** The engine's usage as the ledger's units. */
 export const ledgerUnits = (usage: ChatCompletion['usage']): HandlerResult<unknown>['usage'] =>
   usage ? { inputUnits: usage.prompt_tokens, outputUnits: usage.completion_tokens } : undefined;
-
-/** How a content string opens in an engine's chunk (engines/openai/chunk-shape.ts). */
-const CONTENT_KEY = '"content":"';
 
 /** A chunk as it goes out: the object, and its JSON text with Kiln's id, model and created. */
 interface Outgoing {

@@ -45,6 +45,9 @@ export interface ReplicaTarget {
   readonly healthPath: string;
 }
 
+/** How a content string opens in a chunk's JSON text, written compactly. */
+export const CONTENT_KEY = '"content":"';
+
 /**
  * The content chunks of a stream that repeat one chunk but for their content string: the engine's
  * JSON text is `before`, the string's body, then `after` (engines/openai/chunk-shape.ts).
@@ -52,7 +55,7 @@ export interface ReplicaTarget {
 export interface ContentShape {
   /** The chunk they repeat, as parsed. */
   readonly like: ChatChunk;
-  /** The JSON text up to and including the content string's opening quote. */
+  /** The JSON text up to and including the content string's opening quote: it ends in CONTENT_KEY. */
   readonly before: string;
   /** The JSON text from the content string's closing quote to the end. */
   readonly after: string;

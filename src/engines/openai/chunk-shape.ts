@@ -1,8 +1,7 @@
-import type { ChatChunk, ContentShape } from '../types.js';
+import { type ChatChunk, CONTENT_KEY, type ContentShape } from '../types.js';
 
 const QUOTE = 0x22;
 const BACKSLASH = 0x5c;
-const CONTENT_KEY = '"content":"';
 
 const isPrimitive = (value: unknown) => value === null || typeof value !== 'object';
 
