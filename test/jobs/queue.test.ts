@@ -90,6 +90,33 @@ for (const storeCase of storeCases) {
       expect(await store.usage.countForJob(job.id)).toBe(1);
     });
 
+    it('a worker running 1,000 jobs renews every lease in one call, and no lease it does not hold', async () => {
+      // More runs than one SQLite expression of a term per run can hold (997; jobs.workers allows 1,024).
+      await Promise.all(Array.from({ length: 1001 }, () => submit()));
+      const mine: JobRow[] = [];
+      for (let i = 0; i < 1000; i++) mine.push((await claim('w1')) as JobRow);
+      const theirs = (await claim('w2')) as JobRow;
+      const leaseUntil = Date.now() + 3_600_000;
+      const held = await store.jobs.renewLeases(
+        'w1',
+        [...mine, theirs].map((job) => ({ id: job.id, attempt: job.attempts })),
+        leaseUntil,
+      );
+      expect(held).toEqual(new Set(mine.map((job) => job.id)));
+      const leases = await store.driver.all<{ id: string; lease_expires_at: number }>(
+        `SELECT id, lease_expires_at FROM jobs WHERE status = 'running'`,
+      );
+      const extended = leases
+        .filter((row) => Number(row.lease_expires_at) === leaseUntil)
+        .map((row) => row.id);
+      expect(new Set(extended)).toEqual(held);
+      // A pair whose attempt is not the job's renews nothing.
+      const first = mine[0] as JobRow;
+      expect(
+        await store.jobs.renewLeases('w1', [{ id: first.id, attempt: first.attempts + 1 }], leaseUntil + 1),
+      ).toEqual(new Set());
+    });
+
     it('the terminal row its runner is answered, built from the row it holds, is the row the store keeps', async () => {
       for (const [status, outcome] of [
         [
