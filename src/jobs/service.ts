@@ -399,11 +399,19 @@ export class JobService {
         const woken = new Promise<void>((resolve) => {
           wake = resolve;
         });
-        // A finish in this process hands over the row; from elsewhere, read it.
-        const job = finished ?? known ?? ((await this.store.jobs.byId(id)) as JobRow);
+        // A finish in this process hands over the row. From elsewhere, read the status, and the
+        // whole row (its request may be a long prompt) only once there is an answer to give.
+        const job = finished ?? known;
         known = undefined;
-        const left = deadline - Date.now();
-        if (isTerminal(job.status) || left <= 0) return job;
+        let left = deadline - Date.now();
+        if (job) {
+          if (isTerminal(job.status) || left <= 0) return job;
+        } else {
+          const status = await this.store.jobs.statusOf(id);
+          left = deadline - Date.now();
+          if (status === undefined || isTerminal(status) || left <= 0)
+            return (await this.store.jobs.byId(id)) as JobRow;
+        }
         let timer: NodeJS.Timeout | undefined;
         await Promise.race([
           woken,

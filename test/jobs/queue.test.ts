@@ -1,5 +1,6 @@
 import { pino } from 'pino';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { watchForEnd } from '../../src/api/stream.js';
 import { issueKey } from '../../src/auth/keys.js';
 import { uuidv7 } from '../../src/ids.js';
 import { KindRegistry } from '../../src/jobs/kinds.js';
@@ -10,7 +11,10 @@ import type { ApiKey, JobRow, Store } from '../../src/store/index.js';
 import { sleepKind } from '../fixtures/sleep-kind.js';
 import { caseTitle, freshStore, storeCases } from '../helpers/stores.js';
 
-/** The queue's statements and the sweeper against each store: leases, terminal states, lost workers. */
+/**
+ * The queue's statements and the sweeper against each store: leases, terminal states, lost workers,
+ * and a job's end read from the store by the request that waits for it.
+ */
 for (const storeCase of storeCases) {
   describe.skipIf(storeCase.skip)(`job queue: ${caseTitle(storeCase)}`, () => {
     let store: Store;
@@ -32,13 +36,13 @@ for (const storeCase of storeCases) {
       await close();
     });
 
-    const submit = async () =>
+    const submit = async (request: unknown = { ms: 1 }) =>
       (
         await jobs.submit({
           kind: kind as never,
           mode: 'async',
           caller,
-          request: { ms: 1 },
+          request,
         })
       ).job;
     const claim = (owner: string, leaseMs = 60_000) =>
@@ -322,6 +326,72 @@ for (const storeCase of storeCases) {
         status: 'queued',
         attempts: 0,
         lease_owner: null,
+      });
+    });
+
+    describe("a job's end that reaches its waiting request only through the store", () => {
+      // What a done event lost between processes, or a job run elsewhere, leaves: the store, read
+      // every so often, ends a stream or answers a sync request with the job's whole terminal row.
+      // Each job carries a request as large as a long prompt: the reads take its status, then its row.
+      const longPrompt = { ms: 1, prompt: 'x'.repeat(100_000) };
+      const stops: Array<() => void> = [];
+      afterEach(() => {
+        for (const stop of stops.splice(0)) stop();
+      });
+      const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+      /** Cancelled by a write of the store alone: no event reaches this process. */
+      const endInStore = (id: string) =>
+        store.jobs.finish(id, { by: 'cancel', orgId }, { status: 'cancelled' }, Date.now(), 60_000);
+      /** A job and the rows a stream's watch on it calls `ended` with. */
+      const watched = async () => {
+        const job = await submit(longPrompt);
+        const ends: JobRow[] = [];
+        stops.push(watchForEnd(jobs, job.id, 20, 0, (row) => ends.push(row)));
+        return { job, ends };
+      };
+
+      it('a job ended in the store with no event ends its stream once, with the whole terminal row', async () => {
+        const { job, ends } = await watched();
+        await sleep(100);
+        expect(ends).toEqual([]);
+        await endInStore(job.id);
+        const deadline = Date.now() + 5_000;
+        while (ends.length === 0 && Date.now() < deadline) await sleep(10);
+        await sleep(100);
+        expect(ends).toHaveLength(1);
+        expect(ends[0]).toEqual(await store.jobs.byId(job.id));
+        expect(ends[0]?.status).toBe('cancelled');
+        expect(JSON.parse(ends[0]?.request as string).prompt).toHaveLength(100_000);
+      });
+
+      it('a stream that stopped watching is not ended by its job ending later', async () => {
+        const { job, ends } = await watched();
+        stops.pop()?.();
+        await endInStore(job.id);
+        await sleep(200);
+        expect(ends).toEqual([]);
+      });
+
+      it('a request waiting for a job that ended in the store is answered its whole terminal row', async () => {
+        const job = await submit(longPrompt);
+        await endInStore(job.id);
+        const started = Date.now();
+        const answer = await jobs.waitForTerminal(job.id, 10_000);
+        // At its first read, not when its wait runs out.
+        expect(Date.now() - started).toBeLessThan(5_000);
+        expect(answer).toEqual(await store.jobs.byId(job.id));
+        expect(answer.status).toBe('cancelled');
+        expect(JSON.parse(answer.request).prompt).toHaveLength(100_000);
+      });
+
+      it('a request whose wait runs out is answered the whole row as it stands', async () => {
+        const job = await submit(longPrompt);
+        const started = Date.now();
+        const answer = await jobs.waitForTerminal(job.id, 150);
+        expect(Date.now() - started).toBeGreaterThanOrEqual(140);
+        expect(answer).toEqual(await store.jobs.byId(job.id));
+        expect(answer.status).toBe('queued');
+        expect(JSON.parse(answer.request).prompt).toHaveLength(100_000);
       });
     });
   });

@@ -425,6 +425,11 @@ export class JobRepository {
     return this.db.get<JobRow>('SELECT * FROM jobs WHERE id = ?', [id]);
   }
 
+  /** The job's status alone: what a watcher polls, without its request and result. */
+  async statusOf(id: string): Promise<JobStatus | undefined> {
+    return (await this.db.get<{ status: JobStatus }>('SELECT status FROM jobs WHERE id = ?', [id]))?.status;
+  }
+
   /** The organisation's jobs, newest first; `after` is the last id of the previous page. */
   async list(
     orgId: string,
