@@ -2,8 +2,12 @@ import type { Logger } from 'pino';
 import type { FileService } from '../files/service.js';
 import type { Store } from '../store/index.js';
 
-/** Rows one step of the purge deletes at most: short transactions, whatever the backlog. */
-const BATCH = 200;
+/**
+ * Rows one step of the purge deletes at most: short transactions, whatever the backlog. On SQLite a
+ * step holds the event loop, and every stream it relays, while it frees the rows' pages: with 100 KB
+ * requests and results, 200 jobs took 12–17 ms a step; 32 take 1.6–3.4 ms (0.1–1.0 ms small ones).
+ */
+export const PURGE_STEP = 32;
 /** Idempotency keys answer replays for a day (DESIGN.md); after that they are only weight. */
 export const IDEMPOTENCY_KEPT_MS = 86_400_000;
 
@@ -58,25 +62,25 @@ export class Purger {
   async purge(now = Date.now()): Promise<Purged> {
     const purged: Purged = { jobs: 0, files: 0, idempotencyKeys: 0, deliveries: 0 };
     for (;;) {
-      const jobs = await this.store.retention.expired(now, BATCH);
+      const jobs = await this.store.retention.expired(now, PURGE_STEP);
       // Files first: should the process stop between the two, the next pass finds the job again.
       for (const job of jobs) purged.files += await this.files.deleteForJob(job.org_id, job.id);
       const deleted = await this.store.transaction((tx) =>
         tx.retention.deleteJobs(jobs.map((job) => job.id)),
       );
       purged.jobs += deleted;
-      if (jobs.length < BATCH || deleted === 0) break;
+      if (jobs.length < PURGE_STEP || deleted === 0) break;
     }
     const prune = async (step: () => Promise<number>) => {
       let total = 0;
-      for (let n = BATCH; n === BATCH; total += n) n = await step();
+      for (let n = PURGE_STEP; n === PURGE_STEP; total += n) n = await step();
       return total;
     };
     purged.idempotencyKeys = await prune(() =>
-      this.store.retention.pruneIdempotency(now - IDEMPOTENCY_KEPT_MS, BATCH),
+      this.store.retention.pruneIdempotency(now - IDEMPOTENCY_KEPT_MS, PURGE_STEP),
     );
     purged.deliveries = await prune(() =>
-      this.store.retention.pruneDeliveries(now - this.settings.deliveriesKeptMs, BATCH),
+      this.store.retention.pruneDeliveries(now - this.settings.deliveriesKeptMs, PURGE_STEP),
     );
     if (purged.jobs + purged.files + purged.idempotencyKeys + purged.deliveries > 0) {
       this.log.info(purged, 'purged what was past its retention');

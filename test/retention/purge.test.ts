@@ -4,7 +4,8 @@ import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Purger } from '../../src/retention/purge.js';
+import { uuidv7 } from '../../src/ids.js';
+import { PURGE_STEP, Purger } from '../../src/retention/purge.js';
 import { type ComfySim, startComfySim } from '../../src/sim/comfyui/server.js';
 import { statusOf } from '../helpers/http.js';
 import { waitUntil } from '../helpers/process.js';
@@ -189,5 +190,29 @@ for (const storeCase of storeCases) {
       expect(await store.webhooks.forJob(keptId)).toBeUndefined();
       expect(await store.jobs.byId(keptId)).toBeDefined();
     }, 30_000);
+
+    it('a backlog of expired jobs larger than two steps of the purge is purged whole in one pass', async () => {
+      const { store, runtime } = kiln.server;
+      const orgId = (await store.orgs.byName('retention'))?.id as string;
+      // Expiring a minute from now: the server's own purger leaves them to this one.
+      const expiresAt = Date.now() + 60_000;
+      const ids = Array.from({ length: PURGE_STEP * 2 + 5 }, () => uuidv7());
+      const big = JSON.stringify({ prompt: 'x'.repeat(100_000) });
+      for (const id of ids)
+        await store.driver.run(
+          `INSERT INTO jobs (id, org_id, key_id, kind, mode, status, request, result, max_attempts,
+             queue_deadline, run_limit_ms, created_at, finished_at, expires_at)
+           VALUES (?, ?, 'key', 'chat.completion', 'async', 'completed', ?, ?, 1, ?, 1000, ?, ?, ?)`,
+          [id, orgId, big, big, expiresAt, expiresAt - 2000, expiresAt - 1000, expiresAt],
+        );
+      const purger = new Purger(store, runtime.files, { intervalMs: 1000, deliveriesKeptMs: 60_000 }, silent);
+      const purged = await purger.purge(expiresAt + 1);
+      expect(purged.jobs).toBeGreaterThanOrEqual(ids.length);
+      const left = await store.driver.all<{ id: string }>(
+        `SELECT id FROM jobs WHERE id IN (${ids.map(() => '?').join(', ')})`,
+        ids,
+      );
+      expect(left).toEqual([]);
+    });
   });
 }
