@@ -202,19 +202,23 @@ export class JobRepository {
     leaseUntil: number,
   ): Promise<Set<string>> {
     if (runs.length === 0) return new Set();
-    const rows =
+    // PostgreSQL: a term a run, each found by its primary key. SQLite: each pair looked up through
+    // jobs_queue (status, id).
+    const [runsMatch, runParams] =
       this.dialect.name === 'postgres'
-        ? await this.db.all<{ id: string }>(
-            `UPDATE jobs SET lease_expires_at = ? WHERE lease_owner = ? AND status = 'running'
-               AND (${runs.map(() => '(id = ? AND attempts = ?)').join(' OR ')}) RETURNING id`,
-            [leaseUntil, owner, ...runs.flatMap((r) => [r.id, r.attempt])],
-          )
-        : // Each pair looked up through jobs_queue (status, id).
-          await this.db.all<{ id: string }>(
-            `UPDATE jobs SET lease_expires_at = ? WHERE lease_owner = ? AND status = 'running'
-               AND (id, attempts) IN (SELECT value ->> 0, value ->> 1 FROM json_each(?)) RETURNING id`,
-            [leaseUntil, owner, JSON.stringify(runs.map((r) => [r.id, r.attempt]))],
-          );
+        ? [
+            `(${runs.map(() => '(id = ? AND attempts = ?)').join(' OR ')})`,
+            runs.flatMap((r) => [r.id, r.attempt]),
+          ]
+        : [
+            '(id, attempts) IN (SELECT value ->> 0, value ->> 1 FROM json_each(?))',
+            [JSON.stringify(runs.map((r) => [r.id, r.attempt]))],
+          ];
+    const rows = await this.db.all<{ id: string }>(
+      `UPDATE jobs SET lease_expires_at = ? WHERE lease_owner = ? AND status = 'running' AND ${runsMatch}
+         RETURNING id`,
+      [leaseUntil, owner, ...runParams],
+    );
     return new Set(rows.map((r) => r.id));
   }
 
