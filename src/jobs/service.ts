@@ -373,8 +373,9 @@ export class JobService {
   }
 
   /**
-   * Waits until the job is terminal or `timeoutMs` passes; answers the row either way. Listens before
-   * it looks, so a finish in between is never missed, and re-reads now and then (`rereadMs`).
+   * Waits until the job is terminal or `timeoutMs` passes; answers the row either way, and 410
+   * `job-expired` should the job be deleted meanwhile. Listens before it looks, so a finish in
+   * between is never missed, and re-reads now and then (`rereadMs`).
    */
   async waitForTerminal(
     id: string,
@@ -409,8 +410,12 @@ export class JobService {
         } else {
           const status = await this.store.jobs.statusOf(id);
           left = deadline - Date.now();
-          if (status === undefined || isTerminal(status) || left <= 0)
-            return (await this.store.jobs.byId(id)) as JobRow;
+          const row =
+            status === undefined || isTerminal(status) || left <= 0 ? await this.store.jobs.byId(id) : null;
+          // Deleted while waited for: the purge took it (a replayed request's job, expired meanwhile).
+          if (row === undefined)
+            throw new KilnError('job-expired', `job ${id} is gone: it was deleted while waited for`);
+          if (row) return row;
         }
         let timer: NodeJS.Timeout | undefined;
         await Promise.race([

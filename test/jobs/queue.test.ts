@@ -393,6 +393,17 @@ for (const storeCase of storeCases) {
         expect(answer.status).toBe('queued');
         expect(JSON.parse(answer.request).prompt).toHaveLength(100_000);
       });
+
+      it('a request waiting for a job deleted meanwhile is answered 410, not a row that is not there', async () => {
+        const job = await submit(longPrompt);
+        await endInStore(job.id);
+        await store.retention.deleteJobs([job.id]);
+        expect(await store.jobs.byId(job.id)).toBeUndefined();
+        await expect(jobs.waitForTerminal(job.id, 10_000)).rejects.toMatchObject({
+          code: 'job-expired',
+          status: 410,
+        });
+      });
     });
   });
 }
