@@ -68,7 +68,8 @@ export class CacheAwarePolicy implements RoutingPolicy {
     let least = Number.POSITIVE_INFINITY;
     for (const replica of candidates) least = Math.min(least, replica.inFlight);
     const home = request.blocks[0] ?? request.text;
-    let best: { replica: R; cost: number; rank: number; ticks: number[]; blocks: number } | undefined;
+    // Ranks are hashes, worked out only for a tie: most choices have none (one replica, or one cheapest).
+    let best: { replica: R; cost: number; rank?: number; ticks: number[]; blocks: number } | undefined;
     for (const replica of candidates) {
       if (replica.inFlight >= least + this.settings.balanceAbsThreshold) continue;
       const model = this.index.replica(replica.url, this.#capacityBlocks(replica, request));
@@ -78,9 +79,12 @@ export class CacheAwarePolicy implements RoutingPolicy {
         MISS_WEIGHT * (request.promptTokens - this.#cachedTokens(match.blocks, request)) +
         replica.pendingPrefillTokens +
         TOKENS_PER_REQUEST_IN_FLIGHT * load;
-      const rank = rendezvousScore(home, replica.url);
-      if (!best || cost < best.cost || (cost === best.cost && rank > best.rank)) {
-        best = { replica, cost, rank, ticks: match.ticks, blocks: match.blocks };
+      if (best && cost === best.cost) {
+        best.rank ??= rendezvousScore(home, best.replica.url);
+        const rank = rendezvousScore(home, replica.url);
+        if (rank > best.rank) best = { replica, cost, rank, ticks: match.ticks, blocks: match.blocks };
+      } else if (!best || cost < best.cost) {
+        best = { replica, cost, ticks: match.ticks, blocks: match.blocks };
       }
     }
     // The least busy candidate always passes the bound, so there is a best.
