@@ -86,7 +86,12 @@ export function chatRoutes(app: FastifyInstance, deps: AppDeps): void {
             },
           ]);
         }
-        return streamJob(request, reply, deps.jobs, { kind, request: job, headers: routeOf });
+        return streamJob(request, reply, deps.jobs, {
+          kind,
+          request: job,
+          headers: routeOf,
+          maxUnsentBytes: deps.config.streams.max_unsent_bytes,
+        });
       }
       return submitJob(
         request,

@@ -74,6 +74,8 @@ export interface StreamOptions {
    */
   mode?: 'stream' | 'async';
   webhook?: Webhook | undefined;
+  /** `streams.max_unsent_bytes`: a client this far behind is cut off (EventWriter). */
+  maxUnsentBytes: number;
 }
 
 /** How a stream frames its job's parts, and what it writes once the job is over. */
@@ -165,7 +167,7 @@ export async function streamJob(
       ...(options.headers?.(meta) ?? {}),
     });
 
-    const out = new EventWriter(raw);
+    const out = new EventWriter(raw, request, options.maxUnsentBytes);
     await new Promise<void>((resolve) => {
       let ending = false;
       const write = (event: JobEvent) => {
@@ -199,6 +201,12 @@ export async function streamJob(
  * until the current task ends). Node's `res.write` would buffer four writes per event and send them
  * on the next tick; it sends only the first batch, with the headers. A response that is not chunked
  * (an HTTP/1.0 client) goes through `res.write` throughout. The last batch goes with `res.end`.
+ *
+ * Events are not held back for a client that reads slowly: an engine generates at its own pace, and
+ * waiting would hold its slot. What the kernel will not take waits in the process instead, and a
+ * client that stops reading would have it grow for as long as the generation runs. Once more than
+ * `maxUnsentBytes` wait, the connection is closed, as if the client had gone: a `stream` job is
+ * cancelled with it, and a background one runs on (its events can be read again from the log).
  */
 export class EventWriter {
   #pending = '';
@@ -214,10 +222,23 @@ export class EventWriter {
       socket.write(`${Buffer.byteLength(text).toString(16)}\r\n${text}\r\n`);
     else this.raw.write(text);
     this.#headersSent = true;
+    const unsent = socket.writableLength;
+    if (unsent > this.maxUnsentBytes) {
+      this.request.log.warn(
+        { unsent_bytes: unsent, max_unsent_bytes: this.maxUnsentBytes },
+        'stream closed: its client stopped reading',
+      );
+      socket.destroy();
+    }
   };
 
   /** `raw` has had its `writeHead`, which decides whether the body is chunked. */
-  constructor(private readonly raw: ServerResponse) {
+  constructor(
+    private readonly raw: ServerResponse,
+    /** The request answered, for its log. */
+    private readonly request: Pick<FastifyRequest, 'log'>,
+    private readonly maxUnsentBytes: number,
+  ) {
     this.#direct = (raw as ServerResponse & { chunkedEncoding?: boolean }).chunkedEncoding === true;
   }
 

@@ -68,6 +68,18 @@ export const ConfigSchema = Type.Object(
       },
       { default: {}, additionalProperties: false },
     ),
+    streams: Type.Object(
+      {
+        max_unsent_bytes: Type.Integer({
+          default: 16 * 1024 * 1024,
+          minimum: 64 * 1024,
+          maximum: 1024 * 1024 * 1024,
+          description:
+            'bytes of a stream its client has not read, beyond what the kernel holds, before its connection is closed',
+        }),
+      },
+      { default: {}, additionalProperties: false },
+    ),
     jobs: Type.Object(
       {
         workers: Type.Integer({

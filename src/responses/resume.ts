@@ -29,13 +29,14 @@ export async function resumeStream(
   jobs: JobService,
   id: string,
   startingAfter: number,
+  maxUnsentBytes: number,
 ): Promise<void> {
   const heard = new Heard(jobs, id, reply.raw);
   try {
     await heard.start();
     reply.hijack();
     try {
-      await relay(reply.raw, request.id, jobs, id, startingAfter, heard);
+      await relay(reply.raw, request, jobs, id, startingAfter, heard, maxUnsentBytes);
     } catch (error) {
       // Past the headers there is no status to answer: the client sees the stream cut, and resumes.
       request.log.error({ err: error, job_id: id }, 'resuming a response stream failed');
@@ -100,15 +101,16 @@ class Heard {
 
 async function relay(
   raw: ServerResponse,
-  requestId: string,
+  request: FastifyRequest,
   jobs: JobService,
   id: string,
   startingAfter: number,
   heard: Heard,
+  maxUnsentBytes: number,
 ): Promise<void> {
   const { store } = jobs;
-  raw.writeHead(200, { ...EVENT_STREAM_HEADERS, 'x-request-id': requestId });
-  const out = new EventWriter(raw);
+  raw.writeHead(200, { ...EVENT_STREAM_HEADERS, 'x-request-id': request.id });
+  const out = new EventWriter(raw, request, maxUnsentBytes);
   const format = responsesFormat(startingAfter);
   let last = startingAfter;
   const write = (event: ResponseEvent) => {

@@ -163,6 +163,7 @@ export function responseRoutes(app: FastifyInstance, deps: AppDeps): void {
           mode: background ? 'async' : 'stream',
           webhook: body.webhook,
           headers: routeOf,
+          maxUnsentBytes: deps.config.streams.max_unsent_bytes,
         });
       }
       return submitJob(
@@ -198,7 +199,14 @@ export function responseRoutes(app: FastifyInstance, deps: AppDeps): void {
           },
         ]);
       }
-      return resumeStream(request, reply, deps.jobs, job.id, request.query.starting_after ?? -1);
+      return resumeStream(
+        request,
+        reply,
+        deps.jobs,
+        job.id,
+        request.query.starting_after ?? -1,
+        deps.config.streams.max_unsent_bytes,
+      );
     },
   );
 

@@ -1,0 +1,97 @@
+import { connect, type Socket } from 'node:net';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { LlmSim } from '../../src/sim/llm/server.js';
+import { startTestServer, type TestServer } from '../helpers/server.js';
+import { storeCases } from '../helpers/stores.js';
+import { closeAll, engine, expectEngineStopped, settledJob, simPool } from './fleet.js';
+
+/**
+ * A stream's client that stops reading while its engine keeps generating: what the kernel will not
+ * take waits in Kiln, up to `streams.max_unsent_bytes`, and then the connection is closed and the
+ * job cancelled, as for a client that went away. Eight choices decoded a token a millisecond make
+ * 8,000 events a second, about 2 MB: the socket's buffers on loopback fill within a few seconds.
+ */
+describe('a stream whose client stops reading', () => {
+  let kiln: TestServer;
+  let sim: LlmSim;
+  const LIMIT = 64 * 1024;
+  const N = 8;
+  const MAX_TOKENS = 8000;
+  const request = (maxTokens: number) =>
+    JSON.stringify({
+      model: 'm',
+      stream: true,
+      n: N,
+      max_tokens: maxTokens,
+      messages: [{ role: 'user', content: 'Tell me everything.' }],
+    });
+
+  beforeAll(async () => {
+    [sim] = (await simPool(1, { decodeMsPerToken: 1 })) as [LlmSim];
+    kiln = await startTestServer(storeCases[0] as (typeof storeCases)[0], {
+      engines: { pool: engine('unique', [sim]) },
+      streams: { max_unsent_bytes: LIMIT },
+    });
+  });
+  afterAll(async () => {
+    await kiln?.close();
+    await closeAll(sim ? [sim] : []);
+  });
+
+  /** Sends the stream request on a raw socket and answers it once the first event has arrived. */
+  const openStream = async (
+    key: string,
+    maxTokens: number,
+  ): Promise<{ socket: Socket; received: Buffer[] }> => {
+    const body = request(maxTokens);
+    const { hostname, port } = new URL(kiln.url);
+    const socket = connect(Number(port), hostname);
+    const received: Buffer[] = [];
+    socket.on('data', (data: Buffer) => received.push(data));
+    socket.write(
+      `POST /v1/chat/completions HTTP/1.1\r\nhost: ${hostname}:${port}\r\nauthorization: Bearer ${key}\r\n` +
+        `content-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
+    );
+    const deadline = Date.now() + 10_000;
+    while (!Buffer.concat(received).includes('data: {') && Date.now() < deadline) await sleep(5);
+    expect(Buffer.concat(received).toString('latin1')).toMatch(/^HTTP\/1\.1 200 /);
+    return { socket, received };
+  };
+
+  it('is cut off once it is more than the limit behind, and its job is cancelled', async () => {
+    const key = await kiln.key(`stops-reading-${Math.random()}`);
+    const before = sim.stats().generationTokens;
+    const { socket, received } = await openStream(key, MAX_TOKENS);
+    // The client reads nothing more.
+    socket.pause();
+    const job = await settledJob(kiln, key, 30_000);
+    expect(job.status).toBe('cancelled');
+    // The engine was stopped well short of its 64,000 tokens: the cut came while it generated.
+    await expectEngineStopped(sim);
+    expect(sim.stats().generationTokens - before).toBeLessThan((N * MAX_TOKENS) / 2);
+
+    // Reading again, the client finds its stream broken off: no [DONE], no last chunk, then the close.
+    const closed = new Promise<void>((resolve) => socket.once('close', () => resolve()));
+    socket.resume();
+    await closed;
+    const text = Buffer.concat(received).toString('utf8');
+    expect(text).toContain('data: {');
+    expect(text).not.toContain('data: [DONE]');
+    expect(text.endsWith('\r\n0\r\n\r\n')).toBe(false);
+  }, 60_000);
+
+  it('a client that reads as it goes gets the whole stream', async () => {
+    const key = await kiln.key(`keeps-reading-${Math.random()}`);
+    const { socket, received } = await openStream(key, 500);
+    const deadline = Date.now() + 20_000;
+    while (!Buffer.concat(received).includes('data: [DONE]') && Date.now() < deadline) await sleep(10);
+    socket.destroy();
+    const job = await settledJob(kiln, key, 30_000);
+    expect(job.status).toBe('completed');
+    const text = Buffer.concat(received).toString('utf8');
+    expect(text).toContain('data: [DONE]');
+    // Every choice ran to its length.
+    expect(text.match(/"finish_reason":"length"/g)).toHaveLength(N);
+  }, 60_000);
+});
