@@ -250,6 +250,28 @@ export class EventWriter {
   }
 
   /**
+   * Resolves once the client has taken what this wrote, when more than the socket's high-water mark
+   * waited beyond the kernel's buffers, or once it is gone: for a writer that sets its own pace, such as a log read back page by page, which
+   * must not be cut off for writing faster than any client reads.
+   */
+  async drained(): Promise<void> {
+    // The batch written last goes in a microtask queued before this one.
+    await null;
+    const socket = this.raw.socket;
+    // 'drain' comes only after a write the buffer refused (past its high-water mark).
+    if (!socket || socket.destroyed || !socket.writableNeedDrain) return;
+    await new Promise<void>((resolve) => {
+      const done = () => {
+        socket.off('drain', done);
+        socket.off('close', done);
+        resolve();
+      };
+      socket.on('drain', done);
+      socket.on('close', done);
+    });
+  }
+
+  /**
    * Writes what is waiting and the end of the response. Node corks the socket for `end`, so the last
    * events and the body's terminating chunk leave in one write.
    */

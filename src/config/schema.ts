@@ -72,7 +72,8 @@ export const ConfigSchema = Type.Object(
       {
         max_unsent_bytes: Type.Integer({
           default: 16 * 1024 * 1024,
-          minimum: 64 * 1024,
+          // Above the largest single event: a response's last one carries its whole output.
+          minimum: 1024 * 1024,
           maximum: 1024 * 1024 * 1024,
           description:
             'bytes of a stream its client has not read, beyond what the kernel holds, before its connection is closed',

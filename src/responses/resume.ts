@@ -125,7 +125,9 @@ async function relay(
         if (!whole && event.seq !== last + 1) return;
         write(event);
       }
-      if (page.length < PAGE) return;
+      // At the client's pace: a long log is read back faster than any client reads it.
+      await out.drained();
+      if (page.length < PAGE || heard.closed) return;
     }
   };
 
