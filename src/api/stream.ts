@@ -251,8 +251,8 @@ export class EventWriter {
 
   /**
    * Resolves once the client has taken what this wrote, when more than the socket's high-water mark
-   * waited beyond the kernel's buffers, or once it is gone: for a writer that sets its own pace, such as a log read back page by page, which
-   * must not be cut off for writing faster than any client reads.
+   * waited beyond the kernel's buffers, or once it is gone: for a writer that sets its own pace,
+   * such as a log read back page by page, which must not be cut off for outrunning its client.
    */
   async drained(): Promise<void> {
     // The batch written last goes in a microtask queued before this one.

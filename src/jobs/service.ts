@@ -410,12 +410,13 @@ export class JobService {
         } else {
           const status = await this.store.jobs.statusOf(id);
           left = deadline - Date.now();
-          const row =
-            status === undefined || isTerminal(status) || left <= 0 ? await this.store.jobs.byId(id) : null;
-          // Deleted while waited for: the purge took it (a replayed request's job, expired meanwhile).
-          if (row === undefined)
-            throw new KilnError('job-expired', `job ${id} is gone: it was deleted while waited for`);
-          if (row) return row;
+          if (status === undefined || isTerminal(status) || left <= 0) {
+            const row = await this.store.jobs.byId(id);
+            // Deleted while waited for: the purge took it (a replayed request's job, expired meanwhile).
+            if (!row)
+              throw new KilnError('job-expired', `job ${id} is gone: it was deleted while waited for`);
+            return row;
+          }
         }
         let timer: NodeJS.Timeout | undefined;
         await Promise.race([
