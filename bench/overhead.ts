@@ -8,7 +8,7 @@
  * Environment: BENCH_REQUESTS (3000 per case), BENCH_WARMUP (20000: a gateway is measured warm, its code compiled, as after hours of serving; after
  * 3000, V8 still optimised about 35 of Kiln's functions during the measured requests, 9 % of its CPU), BENCH_CONCURRENCY (32),
  * BENCH_ROUNDS (3: each case's requests are split into rounds, interleaved across the targets, then
- * pooled), BENCH_UNLOADED (500 requests one at a time per case afterwards; 0 skips that pass),
+ * pooled), BENCH_REWARM (5000 unmeasured requests before each round, at most the warm-up), BENCH_UNLOADED (500 requests one at a time per case afterwards; 0 skips that pass),
  * BENCH_KILN_WORKERS (64), BENCH_OVERHEAD_POSTGRES_URL (postgres://postgres@127.0.0.1:5432/test; Kiln
  * runs on a fresh schema of it, dropped after), BENCH_OVERHEAD_WRITE=0 (print only),
  * BENCH_KILN_STORE_URL (diagnostic, e.g. sqlite::memory:, for the SQLite Kiln; default a fresh SQLite
@@ -39,6 +39,12 @@ const CONCURRENCY = Number(process.env.BENCH_CONCURRENCY ?? 32);
 const KILN_WORKERS = Number(process.env.BENCH_KILN_WORKERS ?? 64);
 const UNLOADED = Number(process.env.BENCH_UNLOADED ?? 500);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
+/**
+ * Unmeasured requests to a target just before each of its rounds. A Kiln that has waited half a
+ * minute without traffic spends about twice the CPU on its next thousand requests (docs/operations.md,
+ * "After a quiet spell"), and its first round would otherwise follow the other targets' warm-ups.
+ */
+const REWARM = Number(process.env.BENCH_REWARM ?? 5000);
 const PROFILE = process.env.BENCH_PROFILE === '1';
 /** Which Kiln BENCH_PROFILE profiles. */
 const PROFILE_TARGET = process.env.BENCH_PROFILE_TARGET === 'postgres' ? 'postgres' : 'sqlite';
@@ -422,6 +428,13 @@ async function main(): Promise<void> {
             const t = (round + k) % targets.length;
             const count = Math.min(perRound, phase.total - round * perRound);
             if (count <= 0) continue;
+            // Back to speed after waiting its turn (the others' warm-ups took a minute or more).
+            await drive(
+              Math.min(REWARM, phase.warmup),
+              phase.concurrency,
+              undefined,
+              request(t, `rewarm${round}`),
+            );
             const batch = await drive(
               count,
               phase.concurrency,
@@ -554,7 +567,10 @@ PostgreSQL Kiln, with the PostgreSQL server):
 ${CONCURRENCY} requests in flight, ${WARMUP} warm-up (so that V8 has optimised each gateway's request path, as
 after hours of serving: after 3,000, it still compiled about 35 of Kiln's functions during the measured requests)
 then ${TOTAL} measured requests per row, in ${ROUNDS} rounds interleaved
-across the targets (in a different order each round) and pooled; each request has a unique prompt
+across the targets (in a different order each round) and pooled. Each round follows ${REWARM} unmeasured
+requests to the same target: otherwise a gateway's first round comes straight after sitting out the others'
+warm-ups, and half a minute without traffic costs a Kiln about twice the CPU for its next thousand
+requests (docs/operations.md, "After a quiet spell"). Each request has a unique prompt
 (so Kiln's prefix tracker sees no shared prefix); every response is checked — status 200, the expected
 content, for a stream the usage chunk and \`data: [DONE]\` last — and failures count as errors. Added = the
 target's latency minus the direct call's at the same percentile. CPU ms/req = CPU time of the target's
