@@ -194,7 +194,10 @@ export class JobRepository {
    * 1,000; jobs.workers allows 1,024), and SQLite does this work on the event loop, where that
    * statement held every relayed stream about 1 ms at 256 runs (3–4 ms the first time a count came),
    * 0.5 ms now. PostgreSQL keeps the terms: with the runs as arrays, its prepared statement measured
-   * 86–137 ms at 1,024 runs, against 20–29 ms.
+   * 86–137 ms at 1,024 runs, against 20–29 ms. Their number is padded to a power of two with terms
+   * that match nothing (`id = NULL`): a worker's renewals take one statement text per power of two
+   * (11 up to jobs.workers' 1,024), each prepared once on a connection, rather than one for every
+   * number of runs it ever held, which took names from the statements that need them.
    */
   async renewLeases(
     owner: string,
@@ -204,11 +207,15 @@ export class JobRepository {
     if (runs.length === 0) return new Set();
     // PostgreSQL: a term a run, each found by its primary key. SQLite: each pair looked up through
     // jobs_queue (status, id).
+    const terms = this.dialect.name === 'postgres' ? 2 ** Math.ceil(Math.log2(runs.length)) : 0;
     const [runsMatch, runParams] =
       this.dialect.name === 'postgres'
         ? [
-            `(${runs.map(() => '(id = ? AND attempts = ?)').join(' OR ')})`,
-            runs.flatMap((r) => [r.id, r.attempt]),
+            `(${Array.from({ length: terms }, () => '(id = ? AND attempts = ?)').join(' OR ')})`,
+            [
+              ...runs.flatMap((r) => [r.id, r.attempt]),
+              ...Array.from({ length: 2 * (terms - runs.length) }, () => null),
+            ],
           ]
         : [
             '(id, attempts) IN (SELECT value ->> 0, value ->> 1 FROM json_each(?))',
