@@ -12,7 +12,8 @@
  * concurrent streams per target first), BENCH_STREAMS_WARMUP_ROUNDS (8), BENCH_STREAMS_WARMUP_STARTS
  * (16384 one-chunk streams per target before those, BENCH_STREAMS_WARMUP at a time: enough starts for
  * V8 to optimise the start path), BENCH_STREAMS_RUNS (5 measured
- * runs at N per target, the targets taken in turn; each figure is their median), BENCH_STREAMS_POSTGRES_URL (postgres://postgres@127.0.0.1:5432/test; a fresh schema, dropped
+ * runs at N per target, the targets taken in turn; each figure is their median), BENCH_STREAMS_REWARM (1
+ * unmeasured run on a target just before each of its measured runs), BENCH_STREAMS_POSTGRES_URL (postgres://postgres@127.0.0.1:5432/test; a fresh schema, dropped
  * after), BENCH_STREAMS_RAMP=0 (skips the capacity ramp: 64, 128, … 1024 concurrent streams, then
  * steps of 512), BENCH_STREAMS_MAX (4096: the ramp's last level), BENCH_STREAMS_WRITE=0 (print only), BENCH_STREAMS_PROFILE_DIR (diagnostic: the Kiln
  * targets run under --cpu-prof and write their profiles there; no section is written).
@@ -57,6 +58,14 @@ const WARMUP = Number(env.BENCH_STREAMS_WARMUP ?? N);
 const WARMUP_ROUNDS = Number(env.BENCH_STREAMS_WARMUP_ROUNDS ?? 8);
 const WARMUP_STARTS = Number(env.BENCH_STREAMS_WARMUP_STARTS ?? 16384);
 const RUNS = Math.max(1, Number(env.BENCH_STREAMS_RUNS ?? 5));
+/**
+ * Unmeasured runs of the workload on a target just before each of its measured runs. A target warmed
+ * up early sits out the others' warm-ups, and a Node process that has waited that long spends more CPU
+ * on what comes next (docs/operations.md, "After a quiet spell"). Without them, in one run, Kiln's
+ * first two runs on SQLite measured 49 µs a chunk against 35–44 in its last three, while Portkey,
+ * warmed up last, held steady (docs/streams-history.md, the seventeenth round).
+ */
+const REWARM = Math.max(0, Number(env.BENCH_STREAMS_REWARM ?? 1));
 const POSTGRES_URL = env.BENCH_STREAMS_POSTGRES_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
 const RAMP = env.BENCH_STREAMS_RAMP !== '0';
 const MAX = Number(env.BENCH_STREAMS_MAX ?? 4096);
@@ -279,6 +288,8 @@ async function measureAll(
     const runs = new Map<Kind, RunResult[]>(KINDS.map((kind) => [kind, []]));
     for (let i = 0; i < RUNS; i++) {
       for (const target of live) {
+        for (let w = 0; w < REWARM; w++)
+          await runStreams(target.running.target, N, workload, `${target.run}-${i}-rewarm-${w}`);
         const r = await runStreams(target.running.target, N, workload, `${target.run}-${i}`);
         report(r);
         runs.get(target.kind)?.push(r);
@@ -456,6 +467,9 @@ Kiln's), then ${WARMUP_ROUNDS} rounds of ${WARMUP} concurrent streams of the mea
 next rounds measured up to a third less CPU per chunk). Then ${RUNS} measured runs of ${N}
 streams per target, going round the targets in turn (each one's first run, then each one's second, …): this
 machine's speed drifts, by up to a third within an hour, and taken in turn every target sees the same drift.
+Each measured run follows ${REWARM} unmeasured run${REWARM === 1 ? '' : 's'} of the same shape on the same target, so that none is
+measured straight after waiting out the others' warm-ups and runs (a Node process that has been quiet spends
+more CPU on what comes next: docs/operations.md, "After a quiet spell").
 Each figure in the table is the median of a target's ${RUNS} runs'. TTFT = from sending the request to the first chunk carrying content;
 gap = between consecutive content chunks of a stream, over every stream; added = the target's figure
 minus direct's at the same percentile. CPU µs/chunk = CPU time of the target's process (the upstream's
