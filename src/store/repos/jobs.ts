@@ -68,6 +68,17 @@ const terminalRow = (
 
 const placeholders = (n: number) => Array.from({ length: n }, () => '?').join(', ');
 
+/**
+ * `(id = ? AND attempts = ?)` a run, OR-ed, and their parameters; padded to a power of two with
+ * terms that match nothing (`id = NULL`): one statement text per power of two.
+ */
+function termPerRun(runs: ReadonlyArray<{ id: string; attempt: number }>): [string, unknown[]] {
+  const terms = 2 ** Math.ceil(Math.log2(runs.length));
+  const params: unknown[] = runs.flatMap((r) => [r.id, r.attempt]);
+  while (params.length < 2 * terms) params.push(null);
+  return [`(${Array.from({ length: terms }, () => '(id = ? AND attempts = ?)').join(' OR ')})`, params];
+}
+
 export type NewJob = Pick<
   JobRow,
   | 'id'
@@ -207,16 +218,9 @@ export class JobRepository {
     if (runs.length === 0) return new Set();
     // PostgreSQL: a term a run, each found by its primary key. SQLite: each pair looked up through
     // jobs_queue (status, id).
-    const terms = this.dialect.name === 'postgres' ? 2 ** Math.ceil(Math.log2(runs.length)) : 0;
     const [runsMatch, runParams] =
       this.dialect.name === 'postgres'
-        ? [
-            `(${Array.from({ length: terms }, () => '(id = ? AND attempts = ?)').join(' OR ')})`,
-            [
-              ...runs.flatMap((r) => [r.id, r.attempt]),
-              ...Array.from({ length: 2 * (terms - runs.length) }, () => null),
-            ],
-          ]
+        ? termPerRun(runs)
         : [
             '(id, attempts) IN (SELECT value ->> 0, value ->> 1 FROM json_each(?))',
             [JSON.stringify(runs.map((r) => [r.id, r.attempt]))],
