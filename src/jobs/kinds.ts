@@ -25,6 +25,26 @@ export interface HandlerResult<Result> {
   usage?: JobOutcome['usage'];
 }
 
+/** The most units one job's usage counts for: an engine's figure beyond it counts this. */
+export const MAX_JOB_UNITS = 2 ** 32 - 1;
+
+/**
+ * A run's usage as the ledger and the limits count it: whole units from 0 to MAX_JOB_UNITS. The
+ * figures are an engine's own (an OpenAI-compatible one may report 1.5, -1 or 1e19); whatever they
+ * are, both stores record the same whole numbers, and a figure that is no number counts 0. Answers
+ * `usage` itself when it needs no change.
+ */
+export function countedUsage(usage: JobOutcome['usage']): JobOutcome['usage'] {
+  if (!usage || (countable(usage.inputUnits) && countable(usage.outputUnits))) return usage;
+  return { inputUnits: counted(usage.inputUnits), outputUnits: counted(usage.outputUnits) };
+}
+
+const countable = (n: unknown) =>
+  n === undefined || (Number.isInteger(n) && (n as number) >= 0 && (n as number) <= MAX_JOB_UNITS);
+
+const counted = (n: unknown) =>
+  n === undefined ? undefined : typeof n === 'number' && n > 0 ? Math.min(Math.round(n), MAX_JOB_UNITS) : 0;
+
 /**
  * A job kind is a plug-in: how its submissions and polls look, how long it may wait and run,
  * and the handler that does the work. It never sees HTTP, leases or the store.

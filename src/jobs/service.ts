@@ -18,7 +18,7 @@ import type { NewJob } from '../store/repos/jobs.js';
 import { TERMINAL_STATUSES } from '../store/types.js';
 import { currentTraceparent } from '../telemetry/index.js';
 import { type JobEvent, JobEvents } from './events.js';
-import type { JobKind, KindRegistry } from './kinds.js';
+import { countedUsage, type JobKind, type KindRegistry } from './kinds.js';
 import { parseJobId, pollBody } from './present.js';
 import { RunEnds } from './run-ends.js';
 
@@ -297,7 +297,7 @@ export class JobService {
   async finish(
     id: string,
     guard: FinishGuard,
-    outcome: JobOutcome,
+    reported: JobOutcome,
     /** Everyone waiting on the job is in this process (a sync or stream job run where it was submitted). */
     waitersHere = false,
     /**
@@ -307,6 +307,8 @@ export class JobService {
     known?: JobRow,
   ): Promise<JobRow | undefined> {
     const now = Date.now();
+    const usage = countedUsage(reported.usage);
+    const outcome = usage === reported.usage ? reported : { ...reported, usage };
     // On PostgreSQL a job's end and its usage row are one statement; admissions and webhooks add more.
     const oneStatement =
       known !== undefined && !known.metered && !known.webhook_url && this.store.dialect === 'postgres';
