@@ -217,7 +217,16 @@ export class EventWriter {
     const text = this.#pending;
     this.#pending = '';
     const socket = this.raw.socket;
-    if (text === '' || !socket || socket.destroyed) return;
+    if (text === '') return;
+    if (!socket) {
+      // A pipelined request's answer waits for the answer before it on the connection; Node keeps
+      // what is written meanwhile and sends it then.
+      if (this.raw.destroyed || this.raw.writableEnded) return;
+      this.raw.write(text);
+      if (this.raw.writableLength > this.maxUnsentBytes) this.raw.destroy();
+      return;
+    }
+    if (socket.destroyed) return;
     if (this.#direct && this.#headersSent)
       socket.write(`${Buffer.byteLength(text).toString(16)}\r\n${text}\r\n`);
     else this.raw.write(text);

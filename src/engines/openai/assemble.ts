@@ -179,3 +179,35 @@ export class CompletionAssembler {
     };
   }
 }
+
+/**
+ * A whole completion as the chunks a stream of it would have carried: one a choice, its message as
+ * the delta (each tool call numbered, as streamed tool calls are) with its finish reason, then the
+ * usage chunk. For a stream caller whose engine ignored `stream: true` and answered at once.
+ */
+export function chunksOf(completion: ChatCompletion): ChatChunk[] {
+  const { choices, usage, object: _object, ...fields } = completion;
+  const chunk = (extra: Pick<ChatChunk, 'choices'> & { usage?: ChatChunk['usage'] }): ChatChunk => ({
+    ...fields,
+    object: 'chat.completion.chunk',
+    ...extra,
+  });
+  const chunks = (Array.isArray(choices) ? choices : []).map((choice) => {
+    const { tool_calls, ...message } = choice.message ?? { role: 'assistant' };
+    const delta = Array.isArray(tool_calls)
+      ? { ...message, tool_calls: tool_calls.map((call: object, index: number) => ({ index, ...call })) }
+      : message;
+    return chunk({
+      choices: [
+        {
+          index: choice.index,
+          delta,
+          logprobs: choice.logprobs ?? null,
+          finish_reason: choice.finish_reason,
+        },
+      ],
+    });
+  });
+  if (usage) chunks.push(chunk({ choices: [], usage }));
+  return chunks;
+}

@@ -6,7 +6,7 @@ import {
   EngineError,
   type ReplicaTarget,
 } from '../types.js';
-import { CompletionAssembler } from './assemble.js';
+import { CompletionAssembler, chunksOf } from './assemble.js';
 import { ContentChunkShape } from './chunk-shape.js';
 import { isContextLengthError } from './discovery.js';
 import { SseDecoder } from './sse.js';
@@ -139,6 +139,8 @@ export class ChatStreamCall implements Dispatcher.DispatchHandler {
       this.#done = true;
       return;
     }
+    // An event with empty data (`data:` alone, as a proxy's keep-alive may send) carries nothing.
+    if (data.charCodeAt(0) !== 0x7b && data.trim() === '') return;
     // Content chunks shaped like the last one learnt are read without parsing them whole, and the
     // caller that takes their content alone gets no object for them. The first chunk is never one.
     const shape = this.#shape;
@@ -160,6 +162,12 @@ export class ChatStreamCall implements Dispatcher.DispatchHandler {
         'broken',
         !this.#sent,
       );
+    }
+    // A chunk without `choices` (an engine's usage chunk may leave them out) reaches the caller in
+    // the OpenAI shape, with none.
+    if (!Array.isArray(chunk.choices)) {
+      chunk.choices = [];
+      data = JSON.stringify(chunk);
     }
     this.#shape = ContentChunkShape.learn(chunk, data) ?? this.#shape;
     this.#assembler.add(chunk);
@@ -202,11 +210,19 @@ export class ChatStreamCall implements Dispatcher.DispatchHandler {
       }
       return;
     }
-    // An engine that ignored `stream: true` answered the whole completion at once.
+    // An engine that ignored `stream: true` answered the whole completion at once: a stream's
+    // caller gets it as the chunks it would have streamed.
     try {
-      this.#succeed(JSON.parse(text) as ChatCompletion);
+      const completion = JSON.parse(text) as ChatCompletion;
+      this.call.onFirstChunk?.();
+      const { onChunk } = this.call;
+      if (onChunk) {
+        this.#sent = true;
+        for (const chunk of chunksOf(completion)) onChunk(chunk, JSON.stringify(chunk));
+      }
+      this.#succeed(completion);
     } catch (error) {
-      this.#fail(asEngineError(error, this.replica, true));
+      this.#fail(asEngineError(error, this.replica, !this.#sent));
     }
   }
 
