@@ -182,6 +182,8 @@ export class Worker {
   #start(job: JobRow, request?: unknown): void {
     const controller = new AbortController();
     const running: Running = { job, controller, done: Promise.resolve() };
+    // A run of this job still here lost its lease (the job went back to the queue): it stops.
+    this.#running.get(job.id)?.controller.abort('lease-lost' satisfies StopReason);
     this.#running.set(job.id, running);
     running.done = this.#run(job, controller, request)
       .catch((error: unknown) => {
@@ -319,8 +321,11 @@ export class Worker {
         runs,
         Date.now() + this.options.leaseMs,
       );
-      for (const { id } of runs) {
-        if (!held.has(id)) this.#running.get(id)?.controller.abort('lease-lost' satisfies StopReason);
+      for (const { id, attempt } of runs) {
+        // Not the run asked about: a later one of the same job, claimed here while this renewal ran.
+        const run = this.#running.get(id);
+        if (!held.has(id) && run?.job.attempts === attempt)
+          run.controller.abort('lease-lost' satisfies StopReason);
       }
     } catch (error) {
       this.log.warn({ err: error }, 'renewing leases failed; will retry');

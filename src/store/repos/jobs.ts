@@ -345,7 +345,7 @@ export class JobRepository {
     if (this.dialect.name !== 'postgres')
       throw new Error('finishRuns is for PostgreSQL: SQLite ends runs one by one');
     const ended = runs.map((run) => endedColumns(run.outcome, now, retentionMs));
-    const rows = await this.db.all<Pick<JobRow, 'id' | 'meta' | 'progress'>>(
+    const rows = await this.db.all<Pick<JobRow, 'id' | 'attempts' | 'meta' | 'progress'>>(
       `WITH v AS (
          SELECT * FROM unnest(CAST(? AS TEXT[]), CAST(? AS TEXT[]), CAST(? AS TEXT[]), CAST(? AS TEXT[]),
            CAST(? AS TEXT[]), CAST(? AS TEXT[]), CAST(? AS TEXT[]), CAST(? AS TEXT[]), CAST(? AS INTEGER[]),
@@ -359,12 +359,12 @@ export class JobRepository {
            progress = CASE WHEN v.status = 'completed' THEN 1 ELSE jobs.progress END
          FROM v
          WHERE jobs.id = v.id AND jobs.status = 'running' AND jobs.lease_owner = v.owner AND jobs.attempts = v.attempt
-         RETURNING jobs.id, jobs.org_id, jobs.key_id, jobs.kind, jobs.status, jobs.started_at, jobs.finished_at,
-           jobs.meta, jobs.progress, v.input_units, v.output_units
+         RETURNING jobs.id, jobs.attempts, jobs.org_id, jobs.key_id, jobs.kind, jobs.status, jobs.started_at,
+           jobs.finished_at, jobs.meta, jobs.progress, v.input_units, v.output_units
        ), ledger AS (
          ${LEDGER_INSERT} SELECT ${ledgerValues('input_units', 'output_units')} FROM finished ${LEDGER_CONFLICT}
        )
-       SELECT id, meta, progress FROM finished`,
+       SELECT id, attempts, meta, progress FROM finished`,
       [
         runs.map((run) => run.known.id),
         ended.map((e) => e.status),
@@ -381,9 +381,10 @@ export class JobRepository {
         now + retentionMs,
       ],
     );
-    const byId = new Map(rows.map((row) => [row.id, row]));
+    // By run, not by job: a stale run of a job (a lapsed lease) may end beside the job's current run.
+    const byRun = new Map(rows.map((row) => [`${row.id} ${row.attempts}`, row]));
     return runs.map((run, i) => {
-      const row = byId.get(run.known.id);
+      const row = byRun.get(`${run.known.id} ${run.attempt}`);
       return row && terminalRow(run.known, ended[i] as ReturnType<typeof endedColumns>, row);
     });
   }
