@@ -1,9 +1,11 @@
+import pg from 'pg';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { issueKey } from '../../src/auth/keys.js';
 import { KindRegistry } from '../../src/jobs/kinds.js';
 import { JobService } from '../../src/jobs/service.js';
 import { openStore, type Store } from '../../src/store/index.js';
 import { sleepKind } from '../fixtures/sleep-kind.js';
+import { POSTGRES_URL } from '../helpers/postgres.js';
 import { caseTitle, type StoreCase, storeCases } from '../helpers/stores.js';
 
 const postgres = storeCases.find((c) => c.name === 'postgres') as StoreCase;
@@ -17,12 +19,14 @@ const postgres = storeCases.find((c) => c.name === 'postgres') as StoreCase;
 describe.skipIf(postgres.skip)(`lease renewals' prepared statements: ${caseTitle(postgres)}`, () => {
   let store: Store;
   let cleanup: () => Promise<void>;
+  let schema: string;
   let jobs: JobService;
   const kind = sleepKind({ queueTtlMs: 60_000, runLimitMs: 60_000 });
 
   beforeEach(async () => {
     const fresh = postgres.fresh();
     cleanup = fresh.cleanup;
+    schema = fresh.store.schema;
     // One connection: what it has prepared is what every statement here ran on.
     store = openStore({ ...fresh.store, pool_size: 1 });
     await store.migrate();
@@ -69,5 +73,31 @@ describe.skipIf(postgres.skip)(`lease renewals' prepared statements: ${caseTitle
     );
     // Calls of 2 to 41 runs: padded to 2, 4, 8, 16, 32 and 64 terms.
     expect(prepared).toHaveLength(6);
+  });
+
+  it('a column another process adds (a rolling upgrade) breaks no statement prepared before it', async () => {
+    const orgId = (await store.orgs.create('acme'))?.id as string;
+    const caller = (await issueKey(store, { orgId })).record;
+    const { job } = await jobs.submit({ kind: kind as never, mode: 'async', caller, request: { ms: 1 } });
+    // Both `SELECT *` statements prepared on the one connection, as a running gateway has them.
+    expect(await store.jobs.byId(job.id)).toMatchObject({ id: job.id });
+    expect(await store.jobs.get(orgId, job.id)).toMatchObject({ id: job.id });
+    const other = new pg.Client({ connectionString: POSTGRES_URL });
+    await other.connect();
+    const migrate = (column: string) => other.query(`ALTER TABLE "${schema}".jobs ADD COLUMN ${column} TEXT`);
+    try {
+      // Another process migrates; this one's prepared answers no longer have the table's columns.
+      await migrate('added_by_an_upgrade');
+      // In a transaction of its own, the statement fails, the transaction is run again.
+      const read = await store.transaction((tx) => tx.jobs.byId(job.id), { alone: true });
+      expect(read).toMatchObject({ id: job.id, added_by_an_upgrade: null });
+      await migrate('added_by_another');
+      // On its own, it is run again; and again and again after that, not refused each time.
+      for (let i = 0; i < 3; i++)
+        expect(await store.jobs.get(orgId, job.id)).toMatchObject({ id: job.id, added_by_another: null });
+      expect(await store.jobs.byId(job.id)).toMatchObject({ id: job.id, added_by_another: null });
+    } finally {
+      await other.end();
+    }
   });
 });

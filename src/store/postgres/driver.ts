@@ -24,6 +24,26 @@ export function toNumberedPlaceholders(sql: string): string {
 /** Distinct SQL texts given a name, so each connection parses and plans them once. */
 const MAX_NAMED_STATEMENTS = 256;
 const statements = new Map<string, { text: string; name: string | undefined }>();
+/** Moves when every name is dropped (`renameStatements`), so that names are never reused. */
+let generation = 0;
+
+/**
+ * PostgreSQL refuses, on that connection and every time, a prepared statement whose answer's columns
+ * changed since it was prepared: another process migrated the schema (a rolling upgrade adding a
+ * column to `jobs`, which `SELECT *` answers).
+ */
+function isStalePlan(error: unknown): boolean {
+  return (
+    (error as { code?: unknown } | undefined)?.code === '0A000' &&
+    String((error as Error).message).includes('cached plan must not change result type')
+  );
+}
+
+/** Every statement gets a new name: each connection prepares it again, against today's schema. */
+function renameStatements(): void {
+  statements.clear();
+  generation++;
+}
 
 /** The numbered text of `sql`, named for a prepared statement while there is room for more names. */
 function statement(sql: string): { text: string; name: string | undefined } {
@@ -32,7 +52,10 @@ function statement(sql: string): { text: string; name: string | undefined } {
     // First come, first named: the hot statements are among the first a process runs, and texts
     // that vary with a list's length (IN lists, lease renewals) stop taking names at the cap.
     const named = statements.size < MAX_NAMED_STATEMENTS;
-    known = { text: toNumberedPlaceholders(sql), name: named ? `kiln_${statements.size}` : undefined };
+    known = {
+      text: toNumberedPlaceholders(sql),
+      name: named ? `kiln_${generation}_${statements.size}` : undefined,
+    };
     statements.set(sql, known);
   }
   return known;
@@ -67,8 +90,18 @@ function answer(method: Asked['method'], result: pg.QueryResult): unknown {
 
 function executor(client: pg.Pool | pg.PoolClient): SqlExecutor {
   // Each statement is timed with its round trip (and, on the pool, any wait for a free connection).
-  const run = async (method: Asked['method'], sql: string, params: readonly unknown[] = []) =>
+  const once = async (method: Asked['method'], sql: string, params: readonly unknown[]) =>
     answer(method, await timeStoreOperation(method, () => query(client, sql, params)));
+  // On the pool a statement stands alone, so one refused for a stale plan runs again, renamed; in a
+  // transaction it has ended the transaction, which `#commitAlone` runs again.
+  const run = async (method: Asked['method'], sql: string, params: readonly unknown[] = []) =>
+    client instanceof pg.Pool
+      ? once(method, sql, params).catch((error: unknown) => {
+          if (!isStalePlan(error)) throw error;
+          renameStatements();
+          return once(method, sql, params);
+        })
+      : once(method, sql, params);
   return {
     all: <T>(sql: string, params?: readonly unknown[]) => run('all', sql, params) as Promise<T[]>,
     get: <T>(sql: string, params?: readonly unknown[]) => run('get', sql, params) as Promise<T | undefined>,
@@ -301,20 +334,25 @@ export class PostgresDriver implements SqlDriver {
     });
   }
 
-  async #commitAlone(unit: GroupUnit): Promise<void> {
+  async #commitAlone(unit: GroupUnit, again = false): Promise<void> {
     let client: pg.PoolClient | undefined;
+    let failure: unknown;
     try {
       client = await this.#pool.connect();
       await client.query('BEGIN');
       const value = await unit.fn(executor(client));
       await client.query('COMMIT');
       unit.resolve(value);
+      return;
     } catch (error) {
       await client?.query('ROLLBACK').catch(() => undefined);
-      unit.reject(error);
+      failure = error;
     } finally {
       client?.release();
     }
+    if (again || !isStalePlan(failure)) return unit.reject(failure);
+    renameStatements();
+    return this.#commitAlone(unit, true);
   }
 
   async exec(script: string): Promise<void> {
