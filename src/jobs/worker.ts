@@ -246,7 +246,10 @@ export class Worker {
       attempt: job.attempts,
       mode: job.mode,
       progress: async (fraction) => {
-        const progress = Math.min(1, Math.max(0, fraction));
+        // A figure that is no number is no progress. Four decimals, so that both stores keep the
+        // same figure (PostgreSQL's column is single precision: 1/3 read back 0.33333334).
+        if (!Number.isFinite(fraction)) return;
+        const progress = Math.round(Math.min(1, Math.max(0, fraction)) * 10_000) / 10_000;
         await this.jobs.store.jobs.setProgress(job.id, this.owner, job.attempts, progress);
         this.jobs.events.publish({ t: 'progress', id: job.id, progress });
       },
