@@ -1,3 +1,4 @@
+import { MAX_JOB_UNITS } from '../jobs/kinds.js';
 import type { JobOutcome } from '../store/types.js';
 
 /** What a job counts against limits: tokens (prompt + completion) and milliseconds of media. */
@@ -22,6 +23,18 @@ export interface Meter<Request> {
   used(usage: JobOutcome['usage'], settings: MeterSettings): Metered;
 }
 
+/**
+ * Whole units, 0 to MAX_JOB_UNITS, as both stores keep them: a request may ask for 1e19 tokens, and
+ * a fractional `image_seconds` makes 3 × 0.1 × 1000 = 300.00000000000006 ms.
+ */
+const whole = (n: number): number => (n > 0 ? Math.min(Math.round(n), MAX_JOB_UNITS) : 0);
+
+/** A job's count in whole units. */
+const metered = (tokens: number, media_ms: number): Metered => ({
+  tokens: whole(tokens),
+  media_ms: whole(media_ms),
+});
+
 /** Characters of every string inside `value`: the text a prompt is made of. */
 function textLength(value: unknown): number {
   if (typeof value === 'string') return value.length;
@@ -43,30 +56,24 @@ export function tokenMeter<Request>(
       const { max, n } = completion(request);
       const most = typeof max === 'number' && max > 0 ? max : settings.default_max_tokens;
       const choices = typeof n === 'number' && n > 1 ? n : 1;
-      return {
-        tokens: Math.ceil(textLength(prompt(request)) / CHARS_PER_TOKEN) + most * choices,
-        media_ms: 0,
-      };
+      return metered(Math.ceil(textLength(prompt(request)) / CHARS_PER_TOKEN) + most * choices, 0);
     },
-    used: (usage) => ({ tokens: (usage?.inputUnits ?? 0) + (usage?.outputUnits ?? 0), media_ms: 0 }),
+    used: (usage) => metered((usage?.inputUnits ?? 0) + (usage?.outputUnits ?? 0), 0),
   };
 }
 
 /** Video kinds: the requested duration, then the duration rendered (the ledger's output units, ms). */
 export function videoMeter<Request extends { duration_seconds: number }>(): Meter<Request> {
   return {
-    reserve: (request) => ({ tokens: 0, media_ms: request.duration_seconds * 1000 }),
-    used: (usage) => ({ tokens: 0, media_ms: usage?.outputUnits ?? 0 }),
+    reserve: (request) => metered(0, request.duration_seconds * 1000),
+    used: (usage) => metered(0, usage?.outputUnits ?? 0),
   };
 }
 
 /** Images: each counts `image_seconds` of media, requested then produced (the ledger's output units). */
 export function imageMeter<Request extends { n: number }>(): Meter<Request> {
   return {
-    reserve: (request, settings) => ({ tokens: 0, media_ms: request.n * settings.image_seconds * 1000 }),
-    used: (usage, settings) => ({
-      tokens: 0,
-      media_ms: (usage?.outputUnits ?? 0) * settings.image_seconds * 1000,
-    }),
+    reserve: (request, settings) => metered(0, request.n * settings.image_seconds * 1000),
+    used: (usage, settings) => metered(0, (usage?.outputUnits ?? 0) * settings.image_seconds * 1000),
   };
 }
