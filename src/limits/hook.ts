@@ -1,5 +1,5 @@
 import type { FastifyInstance } from 'fastify';
-import type { Store } from '../store/index.js';
+import type { ApiKey, Store } from '../store/index.js';
 import type { Limiter } from './admission.js';
 import { rateHeaders } from './refusal.js';
 
@@ -12,12 +12,7 @@ export function rateHeadersHook(app: FastifyInstance, deps: { store: Store; limi
   app.addHook('onSend', (request, reply, payload, done) => {
     const key = request.auth;
     if (
-      !key ||
-      !deps.limiter
-        .scopes(key)
-        .some(
-          (s) => s.limits.requests_per_minute !== undefined || s.limits.tokens_per_minute !== undefined,
-        ) ||
+      !limitedPerMinute(deps.limiter, key) ||
       reply.hasHeader('x-ratelimit-limit-requests') ||
       reply.hasHeader('x-ratelimit-limit-tokens')
     ) {
@@ -32,4 +27,24 @@ export function rateHeadersHook(app: FastifyInstance, deps: { store: Store; limi
       () => done(null, payload),
     );
   });
+}
+
+/**
+ * The hook's headers for an answer that writes its own head, past the hook (a resumed stream): read
+ * from the store for a caller with a per-minute limit, none for any other.
+ */
+export async function currentRateHeaders(
+  deps: { store: Store; limiter: Limiter },
+  key: ApiKey | undefined,
+): Promise<Record<string, string>> {
+  return limitedPerMinute(deps.limiter, key) ? rateHeaders(await deps.limiter.peek(deps.store, key)) : {};
+}
+
+function limitedPerMinute(limiter: Limiter, key: ApiKey | undefined): key is ApiKey {
+  return (
+    key !== undefined &&
+    limiter
+      .scopes(key)
+      .some((s) => s.limits.requests_per_minute !== undefined || s.limits.tokens_per_minute !== undefined)
+  );
 }

@@ -148,7 +148,8 @@ export class ResponseEvents {
       this.#emit({
         type: 'response.output_item.added',
         output_index: index,
-        item: messageItem(id, '', 'in_progress'),
+        // No part yet, as OpenAI sends it: the part comes with the next event.
+        item: { ...messageItem(id, '', 'in_progress'), content: [] },
       });
       this.#emit({
         type: 'response.content_part.added',

@@ -30,13 +30,15 @@ export async function resumeStream(
   id: string,
   startingAfter: number,
   maxUnsentBytes: number,
+  /** Written with the head: the caller's `x-ratelimit-*`, which the onSend hook cannot add here. */
+  headers: Record<string, string> = {},
 ): Promise<void> {
   const heard = new Heard(jobs, id, reply.raw);
   try {
     await heard.start();
     reply.hijack();
     try {
-      await relay(reply.raw, request, jobs, id, startingAfter, heard, maxUnsentBytes);
+      await relay(reply.raw, request, jobs, id, startingAfter, heard, maxUnsentBytes, headers);
     } catch (error) {
       // Past the headers there is no status to answer: the client sees the stream cut, and resumes.
       request.log.error({ err: error, job_id: id }, 'resuming a response stream failed');
@@ -107,9 +109,10 @@ async function relay(
   startingAfter: number,
   heard: Heard,
   maxUnsentBytes: number,
+  headers: Record<string, string>,
 ): Promise<void> {
   const { store } = jobs;
-  raw.writeHead(200, { ...EVENT_STREAM_HEADERS, 'x-request-id': request.id });
+  raw.writeHead(200, { ...EVENT_STREAM_HEADERS, 'x-request-id': request.id, ...headers });
   const out = new EventWriter(raw, request, maxUnsentBytes);
   const format = responsesFormat(startingAfter);
   let last = startingAfter;

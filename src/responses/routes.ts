@@ -9,6 +9,7 @@ import { KilnError, notFound, validationError } from '../errors.js';
 import type { JobKind } from '../jobs/kinds.js';
 import { parseJobId } from '../jobs/present.js';
 import { isTerminal } from '../jobs/service.js';
+import { currentRateHeaders } from '../limits/hook.js';
 import type { JobRow } from '../store/types.js';
 import { responsesFormat } from './events.js';
 import { chatFields, inputItems, Problems } from './input.js';
@@ -206,6 +207,7 @@ export function responseRoutes(app: FastifyInstance, deps: AppDeps): void {
         job.id,
         request.query.starting_after ?? -1,
         deps.config.streams.max_unsent_bytes,
+        await currentRateHeaders({ store: deps.store, limiter: deps.runtime.limiter }, request.auth),
       );
     },
   );

@@ -114,6 +114,10 @@ describe.each(storeCases)('the Responses API with the openai client ($name)', (s
       const itemId = completed.response.output[0]?.id;
       for (const e of events) if ('item_id' in e) expect(e.item_id).toBe(itemId);
       expect(events.find((e) => e.type === 'response.output_text.done')).toMatchObject({ text });
+      // The item starts with no part, as OpenAI's does: the part comes with content_part.added.
+      expect(events.find((e) => e.type === 'response.output_item.added')).toMatchObject({
+        item: { id: itemId, type: 'message', status: 'in_progress', content: [] },
+      });
       expect(events.find((e) => e.type === 'response.output_item.done')).toMatchObject({
         item: { id: itemId, type: 'message', status: 'completed', content: [{ type: 'output_text', text }] },
       });

@@ -136,6 +136,31 @@ describe.each(storeCases)('resuming a background response stream ($name)', (stor
   );
 
   it.skipIf(storeCase.skip)(
+    'a caller with a per-minute limit gets its x-ratelimit headers on a resumed stream, as on every answer',
+    async () => {
+      const org = `org-${Math.random().toString(36).slice(2)}`;
+      await kiln.call('POST', '/admin/v1/orgs', { body: { name: org } });
+      const { key } = (
+        await kiln.call('POST', '/admin/v1/keys', { body: { org, limits: { requests_per_minute: 100 } } })
+      ).body;
+      const headers = { authorization: `Bearer ${key}`, 'content-type': 'application/json' };
+      const created = await fetch(`${kiln.url}/v1/responses`, {
+        method: 'POST',
+        headers,
+        body: JSON.stringify({ ...ask, max_output_tokens: 2 }),
+      });
+      expect(created.headers.get('x-ratelimit-limit-requests')).toBe('100');
+      const id = /"id":"(resp_[^"]+)"/.exec(await created.text())?.[1];
+      const resumed = await fetch(`${kiln.url}/v1/responses/${id}?stream=true`, { headers });
+      expect(resumed.status).toBe(200);
+      expect(resumed.headers.get('content-type')).toMatch(/^text\/event-stream/);
+      expect(resumed.headers.get('x-ratelimit-limit-requests')).toBe('100');
+      expect(Number(resumed.headers.get('x-ratelimit-remaining-requests'))).toBeLessThan(100);
+      expect(await resumed.text()).toContain('response.incomplete');
+    },
+  );
+
+  it.skipIf(storeCase.skip)(
     'a finished response: its events after N, and after the last one nothing at all',
     async () => {
       const whole = await allEvents(await client.responses.create(ask));
