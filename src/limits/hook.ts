@@ -35,14 +35,15 @@ export function rateHeadersHook(app: FastifyInstance, deps: { store: Store; limi
  */
 export async function currentRateHeaders(
   deps: { store: Store; limiter: Limiter },
-  key: ApiKey | undefined,
+  key: ApiKey | null | undefined,
 ): Promise<Record<string, string>> {
   return limitedPerMinute(deps.limiter, key) ? rateHeaders(await deps.limiter.peek(deps.store, key)) : {};
 }
 
-function limitedPerMinute(limiter: Limiter, key: ApiKey | undefined): key is ApiKey {
+function limitedPerMinute(limiter: Limiter, key: ApiKey | null | undefined): key is ApiKey {
   return (
-    key !== undefined &&
+    // Null before authentication has run (an answer refusing it).
+    !!key &&
     limiter
       .scopes(key)
       .some((s) => s.limits.requests_per_minute !== undefined || s.limits.tokens_per_minute !== undefined)
