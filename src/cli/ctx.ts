@@ -13,7 +13,19 @@ interface SaveOptions {
 async function readStdin(): Promise<string> {
   const chunks: Buffer[] = [];
   for await (const chunk of process.stdin) chunks.push(chunk as Buffer);
-  return Buffer.concat(chunks).toString('utf8');
+  return utf8(Buffer.concat(chunks), 'the piped input');
+}
+
+/**
+ * The bytes as text, refused when they are not UTF-8: replacing the bad bytes with U+FFFD would save
+ * corrupted text (the HTTP API refuses such a body for the same reason). A BOM is kept, as sent.
+ */
+function utf8(bytes: Uint8Array, what: string): string {
+  try {
+    return new TextDecoder('utf-8', { fatal: true, ignoreBOM: true }).decode(bytes);
+  } catch {
+    throw new UsageError(`${what} is not UTF-8 text; convert it first (iconv -t UTF-8)`);
+  }
 }
 
 /** Exactly one source of content: -c, --from-clipboard, --file, or piped stdin. */
@@ -35,8 +47,9 @@ async function contentOf(options: SaveOptions): Promise<string> {
   }
   if (options.file !== undefined) {
     try {
-      return await readFile(options.file, 'utf8');
+      return utf8(await readFile(options.file), options.file);
     } catch (error) {
+      if (error instanceof UsageError) throw error;
       throw new UsageError(
         `cannot read ${options.file}: ${(error as NodeJS.ErrnoException).code ?? (error as Error).message}`,
       );
@@ -127,7 +140,10 @@ export function ctxCommands(program: Command): void {
       ]);
       process.stdout.write(`${table([['ID', 'NAME', 'BYTES', 'VERSION', 'UPDATED'], ...rows])}\n`);
       const last = page.data[page.data.length - 1];
-      if (page.has_more && last) process.stderr.write(`more: kiln ctx list --after '${last.name}'\n`);
+      if (page.has_more && last) {
+        const same = `${options.prefix ? ` --prefix '${options.prefix}'` : ''} --limit ${options.limit}`;
+        process.stderr.write(`more: kiln ctx list${same} --after '${last.name}'\n`);
+      }
     });
 
   ctx

@@ -2,12 +2,16 @@ import { type Static, Type } from '@sinclair/typebox';
 
 /** The shapes of the context store, shared by the HTTP API and the MCP tools. */
 
-export const NAME_RULE = '1–128 characters of A-Z a-z 0-9 . _ / -, not starting with ctx_';
+export const NAME_RULE =
+  '1–128 characters of A-Z a-z 0-9 . _ / -, not starting with ctx_, with no part between slashes that is . or ..';
 
 export const ContextName = Type.String({
   minLength: 1,
   maxLength: 128,
-  pattern: '^(?!ctx_)[A-Za-z0-9._/-]+$',
+  // `.` and `..` as a part of the path are left out: URL handling (fetch, curl) folds them away
+  // before the request is sent, so such a name could not be read back, and `team/../prod` would
+  // reach `prod`.
+  pattern: '^(?!ctx_)(?!(?:.*/)?\\.{1,2}(?:/|$))[A-Za-z0-9._/-]+$',
   description: NAME_RULE,
 });
 

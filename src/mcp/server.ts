@@ -161,11 +161,7 @@ export function createMcpServer(contexts: ContextsPort): Server {
     }
     try {
       // A reference no context can have (a NUL, a space) is not found, without asking the store.
-      const ref = assertValid<string>(
-        ContextRef,
-        decodeURIComponent(uri.slice(RESOURCE_SCHEME.length)),
-        'uri',
-      );
+      const ref = assertValid<string>(ContextRef, decodedRef(uri.slice(RESOURCE_SCHEME.length)), 'uri');
       const context = await contexts.get(ref);
       return { contents: [{ uri, mimeType: 'text/plain', text: context.content }] };
     } catch (error) {
@@ -179,4 +175,14 @@ export function createMcpServer(contexts: ContextsPort): Server {
   });
 
   return server;
+}
+
+/** A resource URI's reference, percent-decoded; a malformed escape is no reference (not found). */
+function decodedRef(encoded: string): string {
+  try {
+    return decodeURIComponent(encoded);
+  } catch {
+    // A NUL: ContextRef refuses it, so the caller answers not found.
+    return '\u0000';
+  }
 }

@@ -95,11 +95,27 @@ describe('bad input never yields a 500', () => {
       received: 129,
     });
 
-    for (const name of ['ctx_reserved', 'has space', 'semi;colon', 'ünïcode', '']) {
+    // `.` and `..` as a part of the path: fetch and curl fold them away, so such a name could not be
+    // read back, and `team/../prod` would reach `prod`.
+    for (const name of [
+      'ctx_reserved',
+      'has space',
+      'semi;colon',
+      'ünïcode',
+      '',
+      '.',
+      '..',
+      'a/./b',
+      'team/../prod',
+      'a/..',
+    ]) {
       const answer = await post({ name, content: 'x' });
       expectEnvelope(answer, 400, 'validation-failed');
       expect(answer.body.error.param).toBe('name');
     }
+    // Dots elsewhere are names like any other.
+    for (const name of ['...', '.hidden', 'a.b/..c', 'v1.2/spec'])
+      expect((await post({ name, content: 'x' })).status).toBe(201);
   });
 
   it('unknown fields are refused with a hint for look-alikes', async () => {

@@ -147,6 +147,37 @@ describe('kiln ctx against a running gateway', () => {
     expect(await contentOnServer('piped')).toBe(second);
   });
 
+  it('save refuses a file or piped input that is not UTF-8, saying so, and stores nothing', async () => {
+    // "café" in Latin-1: its é is no UTF-8. Decoded leniently it would be stored as "caf\uFFFD".
+    const latin1 = Buffer.from('café\n', 'latin1');
+    const file = path.join(workDir, 'latin1.txt');
+    writeFileSync(file, latin1);
+    const [fromFile, fromStdin] = await Promise.all([
+      ctx(['ctx', 'save', '--file', file, '--name', 'latin1-file']),
+      ctx(['ctx', 'save', '--name', 'latin1-piped'], { input: latin1 }),
+    ]);
+    expect([fromFile.code, fromFile.stdout]).toEqual([1, '']);
+    expect(fromFile.stderr).toBe(`kiln: ${file} is not UTF-8 text; convert it first (iconv -t UTF-8)\n`);
+    expect([fromStdin.code, fromStdin.stdout]).toEqual([1, '']);
+    expect(fromStdin.stderr).toMatch(/the piped input is not UTF-8 text/);
+    for (const name of ['latin1-file', 'latin1-piped'])
+      expect((await server.call('GET', `/api/v1/contexts/${name}`)).status).toBe(404);
+    // A byte order mark is UTF-8, and kept as it was sent.
+    const withBom = `\ufeff${RUNBOOK}`;
+    expect((await ctx(['ctx', 'save', '--name', 'bom'], { input: Buffer.from(withBom) })).code).toBe(0);
+    expect(await contentOnServer('bom')).toBe(withBom);
+  });
+
+  it('list pages with a hint that keeps the prefix and the page size', async () => {
+    for (const name of ['team/a', 'team/b', 'zz-other']) await seed(name, name);
+    const first = await ctx(['ctx', 'list', '--prefix', 'team/', '--limit', '1']);
+    expect(first.code).toBe(0);
+    expect(first.stderr).toBe("more: kiln ctx list --prefix 'team/' --limit 1 --after 'team/a'\n");
+    const next = await ctx(['ctx', 'list', '--prefix', 'team/', '--limit', '1', '--after', 'team/a']);
+    expect(next.stdout).toContain('team/b');
+    expect(next.stdout).not.toContain('zz-other');
+  });
+
   it('get --stdout prints exactly the content, by name or by id', async () => {
     const id = await seed('handbook', RUNBOOK);
     const [byName, byId] = await Promise.all([

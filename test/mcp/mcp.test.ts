@@ -169,10 +169,12 @@ describe('MCP over Streamable HTTP (/mcp)', () => {
     expect(await fails(client, 'delete_context', { id_or_name: id })).toMatchObject({ code: 'not-found' });
     expect(names(await ok<ContextList>(client, 'list_contexts', {}))).not.toContain('runbooks/deploy');
     await expect(client.readResource({ uri: `kiln-context://${id}` })).rejects.toThrow(/no context/);
-    // MCP's code for a resource that does not exist, not a generic internal error
-    await expect(client.readResource({ uri: `kiln-context://${id}` })).rejects.toMatchObject({
-      code: -32002,
-    });
+    // MCP's code for a resource that does not exist, not a generic internal error; a reference no
+    // context can have, a malformed escape included, is one.
+    for (const ref of [id, '%', 'a%2', '%E0%A4%A', 'a%20b'])
+      await expect(client.readResource({ uri: `kiln-context://${ref}` }), ref).rejects.toMatchObject({
+        code: -32002,
+      });
   });
 
   it('shares a context with the whole organisation, and with no other', async () => {
@@ -215,6 +217,7 @@ describe('MCP over Streamable HTTP (/mcp)', () => {
     const cases: Array<{ tool: string; args: Record<string, unknown>; field: string; rule: string }> = [
       { tool: 'save_context', args: { name: 'ctx_bad', content: 'x' }, field: 'name', rule: 'pattern' },
       { tool: 'save_context', args: { name: 'bad name!', content: 'x' }, field: 'name', rule: 'pattern' },
+      { tool: 'save_context', args: { name: 'team/../prod', content: 'x' }, field: 'name', rule: 'pattern' },
       { tool: 'save_context', args: { name: 'n', content: 42 }, field: 'content', rule: 'type' },
       { tool: 'save_context', args: { name: 'n' }, field: 'content', rule: 'required' },
       {
