@@ -181,6 +181,8 @@ export function createOutboundPolicy(security: Config['security']): OutboundPoli
     if (parsed.username !== '' || parsed.password !== '') {
       throw refuse('userinfo', `${field} must not carry a user name or password`);
     }
+    // Port 0 can be written in a URL but never connected to: the job would exist and never be told.
+    if (parsed.port === '0') throw refuse('port', `${field} names port 0, which nothing can listen on`);
 
     // WHATWG URL has already turned decimal, octal and hex spellings into a dotted quad.
     const host = bareHost(parsed.hostname);

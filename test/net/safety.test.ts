@@ -116,6 +116,8 @@ const unsafe: Array<[string, string, string]> = [
   ['javascript:alert(1)', 'scheme', 'not javascript:'],
   ['http://user:secret@public.test/', 'userinfo', 'must not carry a user name or password'],
   ['http://user@public.test/', 'userinfo', 'must not carry a user name or password'],
+  ['http://public.test:0/hook', 'port', 'names port 0, which nothing can listen on'],
+  ['https://public.test:00/hook', 'port', 'names port 0'],
   ['http://nowhere.test/', 'unresolvable', 'nowhere.test, which does not resolve'],
   ['http://empty.test/', 'unresolvable', 'does not resolve'],
   ['not a url', 'url', 'is not an absolute URL'],

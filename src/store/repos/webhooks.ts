@@ -82,8 +82,11 @@ export class WebhookRepository {
 
   /** When the next pending delivery falls due, if any. */
   async nextDueAt(): Promise<number | undefined> {
+    // A delivery leased elsewhere (in flight in another process, or held by one that crashed) can be
+    // claimed only once that lease has lapsed: waking before then would find nothing, again and again.
     const row = await this.db.get<{ at: number | string | null }>(
-      `SELECT MIN(next_attempt_at) AS at FROM webhook_deliveries WHERE status = 'pending'`,
+      `SELECT MIN(CASE WHEN lease_expires_at >= next_attempt_at THEN lease_expires_at + 1 ELSE next_attempt_at END) AS at
+       FROM webhook_deliveries WHERE status = 'pending'`,
     );
     return row?.at === null || row?.at === undefined ? undefined : Number(row.at);
   }
