@@ -268,6 +268,8 @@ export function unstorableTextDetails(value: unknown, root: string): ErrorDetail
 export function refuseUnstorableText() {
   return async function refuseUnstorable(request: FastifyRequest): Promise<void> {
     const details = [
+      // A reference in the path too: PostgreSQL refuses a NUL in a statement's text parameter.
+      ...unstorableTextDetails(request.params, 'path'),
       ...unstorableTextDetails(request.query, 'querystring'),
       ...unstorableTextDetails(request.body, 'body'),
     ];

@@ -167,6 +167,8 @@ const cases: Case[] = [
   })),
   // Models.
   ...nulPath('GET', (ref) => `/v1/models/${ref}`),
+  ...nulPath('PATCH', (ref) => `/admin/v1/keys/${ref}`),
+  ...nulPath('DELETE', (ref) => `/admin/v1/keys/${ref}`),
   // Submissions: text stored with the job (webhook secrets, failure texts) and numbers.
   ...nulBody('/v1/chat/completions', { ...chat, contexts: ['c'], user: 'u' }, ['model', 'user', 'contexts']),
   {
