@@ -66,6 +66,7 @@ export function jobRoutes(
         const { status, kind, limit = 20, after } = request.query;
         const page = await jobs.store.jobs.list(request.auth.org_id, {
           limit,
+          now: Date.now(),
           ...(status ? { status } : {}),
           ...(kind ? { kind } : {}),
           // An unparseable cursor matches nothing rather than everything.

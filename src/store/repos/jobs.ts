@@ -250,7 +250,8 @@ export class JobRepository {
    */
   async forget(orgId: string, id: string, now: number): Promise<boolean> {
     const changed = await this.db.run(
-      `UPDATE jobs SET request = '{}', result = NULL, error_details = NULL, meta = NULL, expires_at = ?
+      `UPDATE jobs SET request = '{}', result = NULL, error_message = NULL, error_details = NULL, meta = NULL,
+         expires_at = ?
        WHERE id = ? AND org_id = ? AND status IN ('completed', 'failed', 'cancelled', 'timeout')`,
       [now, id, orgId],
     );
@@ -446,13 +447,16 @@ export class JobRepository {
     return (await this.db.get<{ status: JobStatus }>('SELECT status FROM jobs WHERE id = ?', [id]))?.status;
   }
 
-  /** The organisation's jobs, newest first; `after` is the last id of the previous page. */
+  /**
+   * The organisation's jobs, newest first; `after` is the last id of the previous page. A job
+   * deleted or past its retention at `now` is not listed, as its poll answers 410.
+   */
   async list(
     orgId: string,
-    options: { status?: JobStatus; kind?: string; after?: string; limit: number },
+    options: { status?: JobStatus; kind?: string; after?: string; limit: number; now: number },
   ): Promise<{ data: JobRow[]; has_more: boolean }> {
-    const where = ['org_id = ?'];
-    const params: unknown[] = [orgId];
+    const where = ['org_id = ?', '(expires_at IS NULL OR expires_at > ?)'];
+    const params: unknown[] = [orgId, options.now];
     if (options.status) {
       where.push('status = ?');
       params.push(options.status);
