@@ -281,7 +281,8 @@ export class JobService {
       },
     );
     if (cancelled) {
-      if (job.status === 'running') this.events.publish({ t: 'cancel', id: job.id });
+      // Started, whatever the read above saw: a worker may have claimed it in between.
+      if (cancelled.started_at !== null) this.events.publish({ t: 'cancel', id: job.id });
       return cancelled;
     }
     const now = (await this.store.jobs.byId(job.id)) as JobRow;
