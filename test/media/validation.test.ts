@@ -101,6 +101,30 @@ describe('POST /v1/videos/transitions validation', () => {
     expect(answer.status, JSON.stringify(answer.body).slice(0, 300)).toBe(202);
   });
 
+  it('refuses a data: image cut short, whose header alone still reads as a PNG', async () => {
+    const whole = Buffer.from(png.slice(png.indexOf(',') + 1), 'base64');
+    const cut = `data:image/png;base64,${whole.subarray(0, Math.floor(whole.length / 2)).toString('base64')}`;
+    const answer = await post({ start_image: cut });
+    expect(answer.status).toBe(400);
+    expect(answer.body.error.details).toEqual([
+      expect.objectContaining({ field: 'start_image', rule: 'image' }),
+    ]);
+  });
+
+  it('refuses a data: URI over 28,000,000 characters as too long, whatever the byte cap', async () => {
+    const long = `data:image/png;base64,${'A'.repeat(28_000_000 - 21)}`;
+    const answer = await post({ start_image: long });
+    expect(answer.status).toBe(400);
+    expect(answer.body.error.details).toEqual([
+      expect.objectContaining({
+        field: 'start_image',
+        rule: 'max_length',
+        limit: 28_000_000,
+        received: 28_000_001,
+      }),
+    ]);
+  });
+
   it('hints at the snake_case name of a camelCase look-alike', async () => {
     const answer = await post({ start_image: png, endImage: png, negativePrompt: 'x' });
     const messages = answer.body.error.details.map((d: { message: string }) => d.message);
