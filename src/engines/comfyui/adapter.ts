@@ -109,7 +109,9 @@ export async function runWorkflow(
     uploaded[image.param] = subfolder ? `${subfolder}/${name}` : name;
   }
 
-  const prompt = JSON.stringify({ prompt: call.fill(uploaded), client_id: clientId, prompt_id: promptId });
+  const graph = call.fill(uploaded);
+  const prompt = JSON.stringify({ prompt: graph, client_id: clientId, prompt_id: promptId });
+  const progress = passProgress(graph);
   const socket = new WebSocket(`${base.replace(/^http/, 'ws')}/ws?clientId=${clientId}`, { headers });
   const finished = new Promise<Outcome>((resolve) => {
     socket.on('message', (raw, binary) => {
@@ -122,8 +124,8 @@ export async function runWorkflow(
       }
       if (message.data?.prompt_id !== promptId) return;
       if (message.type === 'progress') {
-        const { value, max } = message.data as { value: number; max: number };
-        if (max > 0) call.onProgress?.(value / max);
+        const { value, max, node } = message.data as { value: number; max: number; node?: unknown };
+        if (max > 0) call.onProgress?.(progress(node, value / max));
       } else if (message.type === 'execution_success') resolve('success');
       else if (message.type === 'execution_error') resolve({ error: describeFailure(message.data) });
       else if (message.type === 'execution_interrupted') resolve('interrupted');
@@ -327,4 +329,28 @@ async function fetchOutputs(
     });
   }
   return files;
+}
+
+/** Node classes that run a sampler pass, reporting `progress` step by step. */
+const SAMPLERS = new Set(['KSampler', 'KSamplerAdvanced', 'SamplerCustom', 'SamplerCustomAdvanced']);
+
+/**
+ * The whole run's progress from one sampler's: a graph of several passes (Wan 2.2 samples twice)
+ * reports each pass from 0 to its end, so pass k of n at `fraction` is (k + fraction) / n, the passes
+ * numbered as they first report.
+ */
+function passProgress(
+  graph: Record<string, { class_type?: unknown }>,
+): (node: unknown, fraction: number) => number {
+  const passes = Object.values(graph).filter((n) => SAMPLERS.has(String(n?.class_type))).length;
+  const seen = new Map<unknown, number>();
+  return (node, fraction) => {
+    if (passes < 2) return fraction;
+    let pass = seen.get(node);
+    if (pass === undefined) {
+      pass = Math.min(seen.size, passes - 1);
+      seen.set(node, pass);
+    }
+    return (pass + fraction) / passes;
+  };
 }
