@@ -267,17 +267,39 @@ async function history(
   return body[promptId];
 }
 
-/** The backstop: a prompt whose socket went quiet is done once its history says so. */
+/** Backstop polls in a row that find the runner unreachable, or the prompt nowhere, before the run fails. */
+const LOST_POLLS = 3;
+
+/**
+ * The backstop: a prompt whose socket went quiet is done once its history says so. A runner that
+ * restarted has no prompt in its queue nor in its history, and one that went away answers nothing:
+ * either, for LOST_POLLS polls in a row (about 6 s), ends the run as failed rather than leaving it to
+ * the runner's timeout (30 minutes by default) and blaming it on slowness.
+ */
 async function historyDone(
   base: string,
   promptId: string,
   headers: RunnerHeaders,
   signal: AbortSignal,
 ): Promise<Outcome> {
+  let unreachable = 0;
+  let missing = 0;
   for (;;) {
     await new Promise((r) => setTimeout(r, 2000));
     if (signal.aborted) throw signal.reason;
-    const entry = await history(base, promptId, headers, signal).catch(() => undefined);
+    let entry: HistoryEntry | undefined;
+    try {
+      entry = await history(base, promptId, headers, signal);
+      // Absent from the history too: queued or running still, or lost with a restart?
+      missing = entry || (await queued(base, promptId, headers, signal)) ? 0 : missing + 1;
+      unreachable = 0;
+    } catch {
+      if (signal.aborted) throw signal.reason;
+      unreachable++;
+    }
+    if (unreachable >= LOST_POLLS) return { error: 'stopped answering while it ran the prompt' };
+    if (missing >= LOST_POLLS)
+      return { error: 'lost the prompt: it is neither queued nor in its history (restarted?)' };
     if (entry?.status?.completed) return 'success';
     if (entry?.status?.status_str === 'error') {
       // An interrupted prompt is also `status_str: "error"`; its messages end with execution_interrupted.
@@ -286,6 +308,20 @@ async function historyDone(
       return { error: describeFailure(messages.find(([event]) => event === 'execution_error')?.[1]) };
     }
   }
+}
+
+/** Whether the runner's queue holds the prompt, running or pending. */
+async function queued(
+  base: string,
+  promptId: string,
+  headers: RunnerHeaders,
+  signal: AbortSignal,
+): Promise<boolean> {
+  const response = await request(`${base}/queue`, { headers, signal });
+  const queue = (await response.body.json()) as { queue_running?: unknown[]; queue_pending?: unknown[] };
+  return [...(queue.queue_running ?? []), ...(queue.queue_pending ?? [])].some(
+    (item) => Array.isArray(item) && item[1] === promptId,
+  );
 }
 
 async function fetchOutputs(
