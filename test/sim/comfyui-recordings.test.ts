@@ -198,8 +198,28 @@ describe('the ComfyUI simulator answers as the recorded ComfyUI 0.3.64', () => {
       if (request.path.startsWith('/history/')) await socket.until(ended(file.prompt_id));
     });
     expectSameRun(messages, wsOf(file.timeline));
-    // The file the recorded runner saved, under the same name.
-    expect(answers[2]?.headers.get('content-disposition')).toBe('filename="rec_00001_.webm"');
+    // The file the recorded runner saved, under the same name, served as aiohttp serves a file:
+    // its length, byte ranges, an ETag of its time and size, its modification time.
+    const view = answers[2] as Answer;
+    const recordedView = httpOf(file.timeline).find((e) => e.request.path.startsWith('/view'));
+    const own = (headers: string[]) =>
+      headers.filter((h) => !['date', 'connection', 'keep-alive', 'server'].includes(h)).sort();
+    expect(own([...view.headers.keys()])).toEqual(own(Object.keys(recordedView?.response.headers ?? {})));
+    expect(view.headers.get('content-disposition')).toBe('filename="rec_00001_.webm"');
+    expect(view.headers.get('accept-ranges')).toBe('bytes');
+    expect(view.headers.get('etag')).toMatch(/^"[0-9a-f]+-[0-9a-f]+"$/);
+    expect(Number.isNaN(Date.parse(view.headers.get('last-modified') ?? ''))).toBe(false);
+    const viewUrl = `${sim.url}${recordedView?.request.path}`;
+    const whole = Buffer.from(await (await fetch(viewUrl)).arrayBuffer());
+    expect(Number(view.headers.get('content-length'))).toBe(whole.length);
+    const part = await fetch(viewUrl, { headers: { range: 'bytes=10-19' } });
+    expect(part.status).toBe(206);
+    expect(part.headers.get('content-range')).toBe(`bytes 10-19/${whole.length}`);
+    expect(Buffer.from(await part.arrayBuffer())).toEqual(whole.subarray(10, 20));
+    const tail = await fetch(viewUrl, { headers: { range: 'bytes=-5' } });
+    expect(Buffer.from(await tail.arrayBuffer())).toEqual(whole.subarray(whole.length - 5));
+    const past = await fetch(viewUrl, { headers: { range: `bytes=${whole.length}-` } });
+    expect([past.status, past.headers.get('content-range')]).toEqual([416, `bytes */${whole.length}`]);
     const history = JSON.parse(answers[1]?.text ?? '{}');
     expect(shape(history)).toEqual(shape(recording('history-bodies.json').success.body));
     expect(history[file.prompt_id].status).toMatchObject({ status_str: 'success', completed: true });

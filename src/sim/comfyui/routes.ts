@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { createReadStream } from 'node:fs';
+import { createReadStream, statSync } from 'node:fs';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { freemem, totalmem } from 'node:os';
 import { NODE_CLASSES } from './catalogue.js';
@@ -127,15 +127,42 @@ export function createRoutes(deps: {
     return sendJson(res, 200, answer.body);
   };
 
-  const view = (res: ServerResponse, query: URLSearchParams) => {
+  /**
+   * `GET /view`: the file as aiohttp's FileResponse serves it — its length, `Accept-Ranges`, an
+   * `ETag` of its modification time (ns) and size in hex, `Last-Modified`, and one byte range as 206
+   * (416 past its end), as the recording shows.
+   */
+  const view = (req: IncomingMessage, res: ServerResponse, query: URLSearchParams) => {
     const found = files.view(query);
     if (found.status !== 200) return sendStatus(res, found.status);
-    res.writeHead(200, {
-      'content-type': found.contentType,
+    const { size, mtime, mtimeNs } = statSync(found.path, { bigint: true });
+    const length = Number(size);
+    const headers = {
+      'accept-ranges': 'bytes',
       'content-disposition': `filename="${found.filename.replaceAll('\\', '\\\\').replaceAll('"', '\\"')}"`,
-      'x-content-type-options': 'nosniff',
+      'content-type': found.contentType,
+      etag: `"${mtimeNs.toString(16)}-${size.toString(16)}"`,
+      'last-modified': mtime.toUTCString(),
+    };
+    const range = /^bytes=(\d*)-(\d*)$/.exec(String(req.headers.range ?? ''));
+    if (!range || (range[1] === '' && range[2] === '')) {
+      res.writeHead(200, { ...headers, 'content-length': length });
+      createReadStream(found.path).pipe(res);
+      return;
+    }
+    // `a-b`, `a-` (to the end) or `-n` (the last n bytes).
+    const start = range[1] === '' ? Math.max(0, length - Number(range[2])) : Number(range[1]);
+    const end = range[1] === '' || range[2] === '' ? length - 1 : Math.min(Number(range[2]), length - 1);
+    if (start >= length || start > end) {
+      res.writeHead(416, { ...headers, 'content-range': `bytes */${length}` }).end();
+      return;
+    }
+    res.writeHead(206, {
+      ...headers,
+      'content-length': end - start + 1,
+      'content-range': `bytes ${start}-${end}/${length}`,
     });
-    createReadStream(found.path).pipe(res);
+    createReadStream(found.path, { start, end }).pipe(res);
   };
 
   const objectInfo = (only?: string) =>
@@ -200,7 +227,7 @@ export function createRoutes(deps: {
       handle: (_req, res, _url, m) => sendJson(res, 200, queue.entries({ promptId: param(m) })),
     },
     { method: 'POST', path: /^\/upload\/image$/, handle: upload },
-    { method: 'GET', path: /^\/view$/, handle: (_req, res, url) => view(res, url.searchParams) },
+    { method: 'GET', path: /^\/view$/, handle: (req, res, url) => view(req, res, url.searchParams) },
     { method: 'GET', path: /^\/object_info$/, handle: (_req, res) => sendJson(res, 200, objectInfo()) },
     {
       method: 'GET',
