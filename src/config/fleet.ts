@@ -182,6 +182,15 @@ export const FleetSchema = {
 /** Fleet rules the schema cannot express; each problem names the key. */
 export function fleetProblems(config: FleetConfig): string[] {
   const problems: string[] = [];
+  // The schema's pattern lets through text no URL parser takes (`http://[oops`): such a fleet would
+  // load, and serve nothing.
+  const unparsable = (where: string, url: string) => {
+    if (!URL.canParse(url)) problems.push(`${where}: '${url}' is not a URL`);
+  };
+  for (const [name, engine] of Object.entries(config.engines))
+    engine.replicas.forEach((url, i) => unparsable(`engines.${name}.replicas.${i}`, url));
+  for (const [name, runner] of Object.entries(config.runners ?? {}))
+    unparsable(`runners.${name}.url`, runner.url);
   const local = new Set<string>();
   for (const engine of Object.values(config.engines)) {
     if (!engine.overflow) for (const model of Object.keys(engine.models)) local.add(model);
@@ -207,4 +216,5 @@ export function fleetProblems(config: FleetConfig): string[] {
 export interface FleetConfig {
   engines: Record<string, Static<typeof EngineSchema>>;
   personas: Record<string, Static<typeof PersonaSchema>>;
+  runners?: Record<string, Static<typeof RunnerSchema>>;
 }

@@ -124,6 +124,22 @@ describe('configuration', () => {
     ]);
   });
 
+  it('refuses a replica or runner URL that matches the pattern but does not parse', () => {
+    const yaml = file(
+      'unparsable.yaml',
+      [
+        'engines:',
+        "  local: { replicas: ['http://127.0.0.1:9000', 'http://[oops'], models: { llama: llama-3-8b } }",
+        'runners:',
+        "  gpu: { url: 'http://gpu:99999', models: [sdxl] }",
+      ].join('\n'),
+    );
+    expect(problemsOf(() => loadConfig({ env: {}, file: yaml }))).toEqual([
+      "engines.local.replicas.1: 'http://[oops' is not a URL",
+      "runners.gpu.url: 'http://gpu:99999' is not a URL",
+    ]);
+  });
+
   it('checks engine entries like every other key', () => {
     const yaml = file(
       'engine.yaml',
