@@ -67,14 +67,15 @@ export class KeyRepository {
    * undefined when there is no such live key. Caches of live keys forget it, as on a revocation.
    */
   async update(id: string, change: { tier?: Tier; limits?: Partial<Record<keyof Limits, number | null>> }) {
-    const key = await this.byId(id);
-    if (!key || key.revoked_at !== null) return undefined;
-    const limits = mergeLimits(key.limits, change.limits ?? {});
-    await this.db.run('UPDATE api_keys SET tier = ?, limits = ? WHERE id = ?', [
-      change.tier ?? key.tier,
-      limitsText(limits),
+    const changed = await mergeIntoLimits(
+      this.db,
+      'api_keys',
       id,
-    ]);
+      change.limits ?? {},
+      // A tier left out is left as it is, whatever another update sets meanwhile.
+      { set: 'tier = COALESCE(?, tier)', params: [change.tier ?? null], live: 'revoked_at IS NULL' },
+    );
+    if (!changed) return undefined;
     await this.onRevoke?.();
     return this.byId(id);
   }
@@ -93,6 +94,36 @@ export class KeyRepository {
 /** Limits as their column: JSON, or null for none. */
 export const limitsText = (limits: Limits | undefined) =>
   limits && Object.keys(limits).length > 0 ? JSON.stringify(limits) : null;
+
+/**
+ * Applies `change` to a row's limits — those it does not name are kept — by compare-and-set on the
+ * column as read, again while another update got in between: two changes at once each keep the
+ * other's (read, merge, write, as it was, kept only the last on PostgreSQL). False when no such
+ * row (`also.live`) exists.
+ */
+export async function mergeIntoLimits(
+  db: SqlExecutor,
+  table: 'api_keys' | 'orgs',
+  id: string,
+  change: Partial<Record<keyof Limits, number | null>>,
+  also: { set?: string; params?: unknown[]; live?: string } = {},
+): Promise<boolean> {
+  const live = also.live ? ` AND ${also.live}` : '';
+  for (let attempt = 0; attempt < 16; attempt++) {
+    const row = await db.get<{ limits: string | null }>(`SELECT limits FROM ${table} WHERE id = ?${live}`, [
+      id,
+    ]);
+    if (!row) return false;
+    const next = limitsText(mergeLimits(parseLimits(row.limits), change));
+    const set = also.set ? `${also.set}, limits = ?` : 'limits = ?';
+    const written = await db.run(
+      `UPDATE ${table} SET ${set} WHERE id = ?${live} AND COALESCE(limits, '') = ?`,
+      [...(also.params ?? []), next, id, row.limits ?? ''],
+    );
+    if (written > 0) return true;
+  }
+  throw new Error(`${table} ${id}: its limits kept changing under this update; try again`);
+}
 
 /** `base` with `change` applied: a number sets a limit, null removes it. */
 export function mergeLimits(base: Limits, change: Partial<Record<keyof Limits, number | null>>): Limits {

@@ -2,7 +2,7 @@ import { newId } from '../../ids.js';
 import { type Limits, parseLimits } from '../../limits/schema.js';
 import type { SqlExecutor } from '../driver.js';
 import type { Org } from '../types.js';
-import { limitsText, mergeLimits } from './keys.js';
+import { mergeIntoLimits } from './keys.js';
 
 export class OrgRepository {
   constructor(
@@ -39,10 +39,9 @@ export class OrgRepository {
 
   /** Sets (a number) or removes (null) the organisation's limits; false when there is no such organisation. */
   async updateLimits(orgId: string, change: Partial<Record<keyof Limits, number | null>>): Promise<boolean> {
-    const limits = mergeLimits(await this.limits(orgId), change);
-    const changed = await this.db.run('UPDATE orgs SET limits = ? WHERE id = ?', [limitsText(limits), orgId]);
-    if (changed > 0) await this.onChange?.();
-    return changed > 0;
+    const changed = await mergeIntoLimits(this.db, 'orgs', orgId, change);
+    if (changed) await this.onChange?.();
+    return changed;
   }
 
   /** The secret that signs the organisation's webhooks when a submission brings none. */
