@@ -47,6 +47,11 @@ export class KeyCache {
       this.clear();
       this.#externalVersion = external;
     }
+    // While notifications cannot arrive, a revocation could go unheard: nothing is trusted or kept.
+    if (this.driver.listenerUp?.() === false) {
+      this.clear();
+      return this.lookup(hash);
+    }
     const now = Date.now();
     const hit = this.#keys.get(hash);
     if (hit && hit.until > now) return hit.key;

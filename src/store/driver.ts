@@ -62,6 +62,12 @@ export interface SqlDriver extends SqlExecutor {
   externalVersion?(): number;
   /** Subscribes to a channel; answers the function that unsubscribes. */
   listen(channel: Channel, handler: (payload: string) => void): Promise<() => Promise<void>>;
+  /**
+   * False while notifications cannot arrive (PostgreSQL: the listening connection was lost and is
+   * being made again): what they would have told may have happened unheard. Undefined where
+   * notifications never leave the process (SQLite).
+   */
+  listenerUp?(): boolean;
   /** Makes the database ready for migrations (PostgreSQL: creates the configured schema). */
   prepareDatabase(): Promise<void>;
   ping(): Promise<void>;

@@ -1,9 +1,11 @@
 import { setTimeout as sleep } from 'node:timers/promises';
+import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { hashKey, issueKey, KEY_PREFIX } from '../../src/auth/keys.js';
 import { randomBase62 } from '../../src/ids.js';
 import { openStore, type Store } from '../../src/store/index.js';
 import type { ApiKey } from '../../src/store/types.js';
+import { POSTGRES_URL } from '../helpers/postgres.js';
 import { waitUntil } from '../helpers/process.js';
 import { startTestServer, type TestServer } from '../helpers/server.js';
 import { caseTitle, storeCases } from '../helpers/stores.js';
@@ -100,6 +102,52 @@ for (const storeCase of storeCases) {
         await other.close();
       }
     });
+
+    // PostgreSQL alone has a connection to lose: SQLite's notifications never leave the process.
+    if (storeCase.name === 'postgres')
+      it('with its listening connection lost, a revocation elsewhere still takes at once; listening comes back', async () => {
+        const { key, record } = await issue('hooli');
+        const { key: later, record: laterRecord } = await issue('hooli');
+        await untilCached(key, record.id);
+        await untilCached(later, laterRecord.id);
+        const schema = kiln.server.runtime.config.store.schema;
+        const admin = new pg.Client({ connectionString: POSTGRES_URL });
+        await admin.connect();
+        const listeners = () =>
+          admin.query(
+            `SELECT pid FROM pg_stat_activity WHERE query ILIKE 'LISTEN "kiln_%_${schema}"' AND pid <> pg_backend_pid()`,
+          );
+        const other = openStore({ ...kiln.server.runtime.config.store, pool_size: 1 });
+        try {
+          // The server ends the gateway's listening connection (a failover, a restart).
+          const [listener] = (await listeners()).rows as Array<{ pid: number }>;
+          expect(listener).toBeDefined();
+          await admin.query('SELECT pg_terminate_backend($1)', [listener?.pid]);
+          await waitUntil(() => kiln.server.store.driver.listenerUp?.() === false, {
+            timeoutMs: 5000,
+            describe: () => 'the gateway noticing its listener gone',
+          });
+          // While it is gone, a revocation through another store is not heard; the key is refused anyway.
+          await other.keys.revoke(record.id);
+          expect(await use(key)).toEqual({ status: 401, code: 'unauthorized' });
+          // It comes back by itself, and notifications are heard again: keys are cached, and a
+          // revocation elsewhere reaches the gateway within a second, as before.
+          await waitUntil(async () => (await listeners()).rows.length > 0, {
+            timeoutMs: 10_000,
+            describe: () => 'the gateway listening again',
+          });
+          await untilCached(later, laterRecord.id);
+          await other.keys.revoke(laterRecord.id);
+          await waitUntil(async () => (await use(later)).status === 401, {
+            timeoutMs: 1000,
+            intervalMs: 10,
+            describe: () => 'a 401 for the key revoked through another store after the reconnection',
+          });
+        } finally {
+          await other.close();
+          await admin.end();
+        }
+      });
 
     it('an unknown key is refused every time, and works at once when it comes to exist', async () => {
       const key = `${KEY_PREFIX}${randomBase62(32)}`;

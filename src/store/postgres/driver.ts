@@ -117,6 +117,9 @@ interface GroupUnit {
   oneStatement: boolean;
 }
 
+/** How long after losing its listening connection the driver makes it again. */
+const RELISTEN_MS = 1000;
+
 /** Groups committing at once, each on a connection of its own. */
 const MAX_GROUPS_IN_FLIGHT = 2;
 /** Units in one group: a failure re-runs them all one by one, so a group stays modest. */
@@ -138,6 +141,8 @@ export class PostgresDriver implements SqlDriver {
   #groupsInFlight = 0;
   #groupScheduled = false;
   #listener: Promise<pg.Client> | undefined;
+  #listenerUp = false;
+  #closed = false;
   readonly #handlers = new Map<Channel, Set<(payload: string) => void>>();
 
   constructor(options: PostgresOptions) {
@@ -368,23 +373,50 @@ export class PostgresDriver implements SqlDriver {
     return `${channel}_${this.#schema}`;
   }
 
-  /** One dedicated connection LISTENs for every channel this process cares about. */
+  /**
+   * One dedicated connection LISTENs for every channel this process cares about. Should it be lost
+   * (the server restarted, the backend was ended), it is made again a second later, and again until
+   * it is back, listening to every channel again; `listenerUp` is false meanwhile.
+   */
   #connectListener(): Promise<pg.Client> {
-    this.#listener ??= (async () => {
-      const client = new pg.Client({ connectionString: this.#url });
-      client.on('notification', (message) => {
-        const channel = [...this.#handlers.keys()].find((c) => this.#channel(c) === message.channel);
-        for (const handler of channel ? (this.#handlers.get(channel) ?? []) : [])
-          handler(message.payload ?? '');
-      });
-      // A lost listener connection is not fatal: workers fall back to their slow poll.
-      client.on('error', () => {
-        this.#listener = undefined;
-      });
-      await client.connect();
-      return client;
-    })();
+    this.#listener ??= this.#openListener();
     return this.#listener;
+  }
+
+  async #openListener(): Promise<pg.Client> {
+    const client = new pg.Client({ connectionString: this.#url });
+    client.on('notification', (message) => {
+      const channel = [...this.#handlers.keys()].find((c) => this.#channel(c) === message.channel);
+      for (const handler of channel ? (this.#handlers.get(channel) ?? []) : [])
+        handler(message.payload ?? '');
+    });
+    let lost = false;
+    const onLost = () => {
+      if (lost) return;
+      lost = true;
+      this.#listenerUp = false;
+      this.#listener = undefined;
+      void client.end().catch(() => undefined);
+      if (!this.#closed)
+        setTimeout(() => {
+          if (!this.#closed && !this.#listener) this.#connectListener().catch(() => undefined);
+        }, RELISTEN_MS).unref();
+    };
+    client.on('error', onLost);
+    client.on('end', onLost);
+    try {
+      await client.connect();
+      for (const channel of this.#handlers.keys()) await client.query(`LISTEN "${this.#channel(channel)}"`);
+    } catch (error) {
+      onLost();
+      throw error;
+    }
+    this.#listenerUp = true;
+    return client;
+  }
+
+  listenerUp(): boolean {
+    return this.#listenerUp;
   }
 
   async listen(channel: Channel, handler: (payload: string) => void): Promise<() => Promise<void>> {
@@ -418,6 +450,7 @@ export class PostgresDriver implements SqlDriver {
   }
 
   async close(): Promise<void> {
+    this.#closed = true;
     const listener = this.#listener;
     this.#listener = undefined;
     if (listener) await (await listener).end().catch(() => undefined);
