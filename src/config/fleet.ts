@@ -188,7 +188,7 @@ export function fleetProblems(config: FleetConfig): string[] {
     if (!URL.canParse(url)) problems.push(`${where}: '${url}' is not a URL`);
   };
   for (const [name, engine] of Object.entries(config.engines))
-    engine.replicas.forEach((url, i) => unparsable(`engines.${name}.replicas.${i}`, url));
+    for (const [i, url] of engine.replicas.entries()) unparsable(`engines.${name}.replicas.${i}`, url);
   for (const [name, runner] of Object.entries(config.runners ?? {}))
     unparsable(`runners.${name}.url`, runner.url);
   const local = new Set<string>();
