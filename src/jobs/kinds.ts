@@ -42,8 +42,14 @@ export function countedUsage(usage: JobOutcome['usage']): JobOutcome['usage'] {
 const countable = (n: unknown) =>
   n === undefined || (Number.isInteger(n) && (n as number) >= 0 && (n as number) <= MAX_JOB_UNITS);
 
-const counted = (n: unknown) =>
-  n === undefined ? undefined : typeof n === 'number' && n > 0 ? Math.min(Math.round(n), MAX_JOB_UNITS) : 0;
+const counted = (n: unknown) => (n === undefined ? undefined : wholeUnits(n));
+
+/**
+ * A figure as whole units from 0 to MAX_JOB_UNITS, as both stores keep them; one that is no number
+ * counts 0.
+ */
+export const wholeUnits = (n: unknown): number =>
+  typeof n === 'number' && n > 0 ? Math.min(Math.round(n), MAX_JOB_UNITS) : 0;
 
 /**
  * A job kind is a plug-in: how its submissions and polls look, how long it may wait and run,

@@ -1,4 +1,4 @@
-import { MAX_JOB_UNITS } from '../jobs/kinds.js';
+import { wholeUnits } from '../jobs/kinds.js';
 import type { JobOutcome } from '../store/types.js';
 
 /** What a job counts against limits: tokens (prompt + completion) and milliseconds of media. */
@@ -24,15 +24,12 @@ export interface Meter<Request> {
 }
 
 /**
- * Whole units, 0 to MAX_JOB_UNITS, as both stores keep them: a request may ask for 1e19 tokens, and
- * a fractional `image_seconds` makes 3 × 0.1 × 1000 = 300.00000000000006 ms.
+ * A job's count in whole units, as both stores keep them: a request may ask for 1e19 tokens, and a
+ * fractional `image_seconds` makes 3 × 0.1 × 1000 = 300.00000000000006 ms.
  */
-const whole = (n: number): number => (n > 0 ? Math.min(Math.round(n), MAX_JOB_UNITS) : 0);
-
-/** A job's count in whole units. */
 const metered = (tokens: number, media_ms: number): Metered => ({
-  tokens: whole(tokens),
-  media_ms: whole(media_ms),
+  tokens: wholeUnits(tokens),
+  media_ms: wholeUnits(media_ms),
 });
 
 /** Characters of every string inside `value`: the text a prompt is made of. */
