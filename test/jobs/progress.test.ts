@@ -1,16 +1,15 @@
 import { pino } from 'pino';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { issueKey } from '../../src/auth/keys.js';
-import { type JobKind, KindRegistry } from '../../src/jobs/kinds.js';
-import { JobService } from '../../src/jobs/service.js';
+import type { JobKind } from '../../src/jobs/kinds.js';
+import type { JobService } from '../../src/jobs/service.js';
 import { Worker } from '../../src/jobs/worker.js';
-import type { ApiKey, Store } from '../../src/store/index.js';
-import { caseTitle, freshStore, storeCases } from '../helpers/stores.js';
+import type { ApiKey } from '../../src/store/index.js';
+import { jobsOnFreshStore } from '../helpers/jobs.js';
+import { caseTitle, storeCases } from '../helpers/stores.js';
 
 /** A job's progress, as a poll shows it while the job runs, is the same figure on either store. */
 for (const storeCase of storeCases) {
   describe.skipIf(storeCase.skip)(`progress while a job runs: ${caseTitle(storeCase)}`, () => {
-    let store: Store;
     let close: () => Promise<void>;
     let jobs: JobService;
     let worker: Worker;
@@ -38,14 +37,7 @@ for (const storeCase of storeCases) {
     };
 
     beforeEach(async () => {
-      ({ store, close } = await freshStore(storeCase));
-      const orgId = (await store.orgs.create('acme'))?.id as string;
-      caller = (await issueKey(store, { orgId })).record;
-      jobs = new JobService(store, new KindRegistry([kind as JobKind]), {
-        retentionMs: 60_000,
-        maxAttempts: 3,
-      });
-      await jobs.start();
+      ({ jobs, caller, close } = await jobsOnFreshStore(storeCase, [kind as JobKind]));
       worker = new Worker(
         jobs,
         { concurrency: 1, leaseMs: 30_000, pollIntervalMs: 20 },
@@ -56,7 +48,6 @@ for (const storeCase of storeCases) {
     afterEach(async () => {
       release();
       await worker.stop();
-      await jobs.stop();
       await close();
     });
 

@@ -1,15 +1,14 @@
 import { pino } from 'pino';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { watchForEnd } from '../../src/api/stream.js';
-import { issueKey } from '../../src/auth/keys.js';
 import { uuidv7 } from '../../src/ids.js';
-import { KindRegistry } from '../../src/jobs/kinds.js';
-import { JobService } from '../../src/jobs/service.js';
+import type { JobService } from '../../src/jobs/service.js';
 import { Sweeper } from '../../src/jobs/sweeper.js';
 import { Worker } from '../../src/jobs/worker.js';
 import type { ApiKey, JobRow, Store } from '../../src/store/index.js';
 import { sleepKind } from '../fixtures/sleep-kind.js';
-import { caseTitle, freshStore, storeCases } from '../helpers/stores.js';
+import { jobsOnFreshStore } from '../helpers/jobs.js';
+import { caseTitle, storeCases } from '../helpers/stores.js';
 
 /**
  * The queue's statements and the sweeper against each store: leases, terminal states, lost workers,
@@ -25,16 +24,9 @@ for (const storeCase of storeCases) {
     const kind = sleepKind({ queueTtlMs: 60_000, runLimitMs: 60_000 });
 
     beforeEach(async () => {
-      ({ store, close } = await freshStore(storeCase));
-      orgId = (await store.orgs.create('acme'))?.id as string;
-      caller = (await issueKey(store, { orgId })).record;
-      jobs = new JobService(store, new KindRegistry([kind]), { retentionMs: 60_000, maxAttempts: 3 });
-      await jobs.start();
+      ({ store, jobs, orgId, caller, close } = await jobsOnFreshStore(storeCase, [kind]));
     });
-    afterEach(async () => {
-      await jobs.stop();
-      await close();
-    });
+    afterEach(async () => close());
 
     const submit = async (request: unknown = { ms: 1 }) =>
       (

@@ -3,14 +3,13 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { pino } from 'pino';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { issueKey } from '../../src/auth/keys.js';
-import { KindRegistry } from '../../src/jobs/kinds.js';
-import { JobService } from '../../src/jobs/service.js';
+import type { JobService } from '../../src/jobs/service.js';
 import { Sweeper } from '../../src/jobs/sweeper.js';
 import { Worker } from '../../src/jobs/worker.js';
 import type { ApiKey, JobRow, Store } from '../../src/store/index.js';
 import { sleepKind } from '../fixtures/sleep-kind.js';
-import { caseTitle, freshStore, storeCases } from '../helpers/stores.js';
+import { jobsOnFreshStore } from '../helpers/jobs.js';
+import { caseTitle, storeCases } from '../helpers/stores.js';
 
 /**
  * A worker whose lease on a job lapsed (its renewals failed while the store was unreachable) may
@@ -29,19 +28,11 @@ for (const storeCase of storeCases) {
       const log = pino({ level: 'silent' });
 
       beforeEach(async () => {
-        ({ store, close } = await freshStore(storeCase));
-        const orgId = (await store.orgs.create('acme'))?.id as string;
-        caller = (await issueKey(store, { orgId })).record;
         sideEffects = path.join(mkdtempSync(path.join(tmpdir(), 'kiln-reclaimed-')), 'runs.log');
         writeFileSync(sideEffects, '');
-        const kind = sleepKind({ sideEffects });
-        jobs = new JobService(store, new KindRegistry([kind]), { retentionMs: 60_000, maxAttempts: 5 });
-        await jobs.start();
+        ({ store, jobs, caller, close } = await jobsOnFreshStore(storeCase, [sleepKind({ sideEffects })], 5));
       });
-      afterEach(async () => {
-        await jobs.stop();
-        await close();
-      });
+      afterEach(async () => close());
 
       const submit = async (ms: number) =>
         (await jobs.submit({ kind: sleepKind() as never, mode: 'async', caller, request: { ms } })).job;

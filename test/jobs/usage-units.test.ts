@@ -1,10 +1,10 @@
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { issueKey } from '../../src/auth/keys.js';
-import { KindRegistry, MAX_JOB_UNITS } from '../../src/jobs/kinds.js';
-import { JobService } from '../../src/jobs/service.js';
+import { MAX_JOB_UNITS } from '../../src/jobs/kinds.js';
+import type { JobService } from '../../src/jobs/service.js';
 import type { ApiKey, JobOutcome, Store } from '../../src/store/index.js';
 import { sleepKind } from '../fixtures/sleep-kind.js';
-import { caseTitle, freshStore, storeCases } from '../helpers/stores.js';
+import { jobsOnFreshStore } from '../helpers/jobs.js';
+import { caseTitle, storeCases } from '../helpers/stores.js';
 
 /**
  * An engine reports its own usage figures, and an OpenAI-compatible one may report anything. Whatever
@@ -22,16 +22,9 @@ for (const storeCase of storeCases) {
     const kind = sleepKind();
 
     beforeEach(async () => {
-      ({ store, close } = await freshStore(storeCase));
-      orgId = (await store.orgs.create('acme'))?.id as string;
-      caller = (await issueKey(store, { orgId })).record;
-      jobs = new JobService(store, new KindRegistry([kind]), { retentionMs: 60_000, maxAttempts: 3 });
-      await jobs.start();
+      ({ store, jobs, orgId, caller, close } = await jobsOnFreshStore(storeCase, [kind]));
     });
-    afterEach(async () => {
-      await jobs.stop();
-      await close();
-    });
+    afterEach(async () => close());
 
     const reported: Array<[JobOutcome['usage'], { input_units: number; output_units: number }]> = [
       [
