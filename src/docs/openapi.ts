@@ -3,7 +3,7 @@ import swaggerUi from '@fastify/swagger-ui';
 import { type TSchema, Type } from '@sinclair/typebox';
 import type { FastifyInstance, FastifySchema, RouteOptions } from 'fastify';
 import { VERSION } from '../version.js';
-import { type Auth, operationOf, TAGS, tagOf } from './operations.js';
+import { type Auth, operationOf, RATE_HEADERS, TAGS, tagOf } from './operations.js';
 
 /** Where the reference page lives; everything under it but the page itself is the page's own assets. */
 export const DOCS_PREFIX = '/docs';
@@ -45,24 +45,43 @@ function describeRoute({
   const url = registered === `${DOCS_PREFIX}/` ? DOCS_PREFIX : registered;
   const methods = ([] as string[]).concat(route.method);
   const operation = operationOf(methods[0] as string, url);
+  const auth = operation.auth ?? 'key';
+  const named = methods.filter((method) => method !== 'HEAD');
+  const publicUrl = operation.wildcard ? url.replace('*', `:${operation.wildcard.name}`) : url;
   const documented: Record<string, unknown> = {
     ...schema,
     ...(operation.wildcard
       ? { params: Type.Object({ [operation.wildcard.name]: operation.wildcard.schema }) }
       : {}),
+    ...(operation.headers ? { headers: operation.headers } : {}),
+    ...(operation.query ? { querystring: operation.query } : {}),
+    ...(operation.body ? { body: operation.body } : {}),
     tags: [tagOf(url)],
-    security: SECURITY[operation.auth ?? 'key'],
+    security: SECURITY[auth],
     ...(operation.summary ? { summary: operation.summary } : {}),
     ...(operation.description ? { description: operation.description } : {}),
-    ...(methods.length === 1 ? { operationId: operationId(methods[0] as string, url) } : {}),
+    // HEAD beside GET is not documented apart (Swagger's default): the GET's id is the route's.
+    ...(named.length === 1 ? { operationId: operationId(named[0] as string, publicUrl) } : {}),
   };
   // The reference page's own route is hidden by its plugin; the page itself is worth listing.
   if (url === DOCS_PREFIX) delete documented.hide;
   const params = schema?.params ?? documented.params ?? pathParams(url);
   if (params) documented.params = params;
-  if (operation.responses) documented.response = operation.responses;
-  const publicUrl = operation.wildcard ? url.replace('*', `:${operation.wildcard.name}`) : url;
+  if (operation.responses) {
+    documented.response = auth === 'none' ? operation.responses : withRateHeaders(operation.responses);
+  }
   return { schema: documented, url: publicUrl };
+}
+
+/** Every success and 429 of an operation that takes a key, with OpenAI's rate-limit headers. */
+function withRateHeaders(responses: Record<string, unknown>): Record<string, unknown> {
+  return Object.fromEntries(
+    Object.entries(responses).map(([status, response]) => {
+      if (!/^2|^429$/.test(status)) return [status, response];
+      const { headers } = response as { headers?: Record<string, unknown> };
+      return [status, { ...(response as object), headers: { ...headers, ...RATE_HEADERS } }];
+    }),
+  );
 }
 
 /** Routes a test (or anything else not part of the API) adds in `scope`: kept out of the document. */
@@ -87,8 +106,10 @@ export async function registerOpenApi(app: FastifyInstance): Promise<void> {
         description:
           'A self-hosted generation gateway: one OpenAI-shaped API in front of open-weights engines, ' +
           'with durable async jobs and an organisation-wide context store. Send the API key as ' +
-          '`Authorization: Bearer <key>`. Every non-2xx answer is the error envelope ' +
-          '`{"error": {"type", "code", "message", "param", "details"?}}`.',
+          '`Authorization: Bearer <key>`. Every error (4xx, 5xx) is the error envelope ' +
+          '`{"error": {"type", "code", "message", "param", "details"?}}`, but for MCP protocol errors, ' +
+          'which are JSON-RPC errors. A key or organisation with a per-minute limit gets OpenAI’s ' +
+          '`x-ratelimit-*` headers on every answer.',
         license: { name: 'Apache-2.0', identifier: 'Apache-2.0' },
       },
       tags: TAGS,

@@ -1,4 +1,4 @@
-import type { TSchema } from '@sinclair/typebox';
+import { type TSchema, Type } from '@sinclair/typebox';
 import { ContextRef } from '../contexts/schemas.js';
 import { Landing } from './landing.js';
 import * as R from './responses.js';
@@ -15,6 +15,10 @@ export interface Operation {
   responses?: Record<string, unknown>;
   /** A `*` route's rest-of-path, named and with the schema the handler checks it against. */
   wildcard?: { name: string; schema: TSchema };
+  /** Request headers, query parameters and a body the handler reads itself; documentation only. */
+  headers?: TSchema;
+  query?: TSchema;
+  body?: TSchema;
 }
 
 /** Tags in the order the reference page shows them, and the paths each covers (first match wins). */
@@ -52,8 +56,52 @@ export const tagOf = (url: string): string =>
 
 const ok = (schema: unknown) => ({ 200: schema, default: R.ErrorEnvelope });
 const created = (schema: unknown) => ({ 201: schema, default: R.ErrorEnvelope });
-/** A generation: its result when it ends in time (`sync`), else a 202 to poll. */
-const submitted = (result: unknown) => ({ 200: result, 202: R.Submission, default: R.ErrorEnvelope });
+
+const text = (description: string) => Type.String({ description });
+
+/**
+ * OpenAI's rate-limit headers, on every answer to a key (or organisation) with a per-minute limit;
+ * describeRoute adds them to each success of an operation that takes a key.
+ */
+export const RATE_HEADERS = Object.fromEntries(
+  ['requests', 'tokens'].flatMap((what) => [
+    [`x-ratelimit-limit-${what}`, text(`with a per-minute ${what} limit: the limit`)],
+    [`x-ratelimit-remaining-${what}`, text(`what is left of it`)],
+    [`x-ratelimit-reset-${what}`, text('when it is whole again, e.g. `1s`, `6m0s`')],
+  ]),
+);
+
+/** A refusal by a rate limit or budget: its envelope names every limit broken. */
+const RateLimited = {
+  ...R.ErrorEnvelope,
+  description: 'a rate limit or budget refused the request; retry after `Retry-After`',
+  headers: {
+    'retry-after': Type.Integer({ minimum: 0, description: 'seconds until the request may succeed' }),
+    'retry-after-ms': Type.Integer({ minimum: 0, description: 'the same, in milliseconds' }),
+  },
+};
+
+const IdempotencyKey = text(
+  'the same key and body within 24 hours (per organisation) answer the first job again; 1–255 printable ASCII',
+);
+/** What a submission reads from its headers, besides the key. */
+const SUBMISSION_HEADERS = Type.Object({
+  'Idempotency-Key': Type.Optional(IdempotencyKey),
+  Prefer: Type.Optional(
+    text('`wait=N` with `mode: "async"`: answer the result if the job ends within N seconds, else 202'),
+  ),
+});
+
+/** A generation: its result when it ends in time (`sync`, or `Prefer: wait=N`), else a 202 to poll. */
+const submitted = (result: unknown) => ({
+  200: result,
+  202: {
+    ...R.Submission,
+    headers: { location: text('the job’s `polling_url`') },
+  },
+  429: RateLimited,
+  default: R.ErrorEnvelope,
+});
 
 const JOBS: Record<string, Operation> = {};
 for (const base of ['/v1/jobs', '/api/v1/jobs']) {
@@ -98,11 +146,13 @@ const OPERATIONS: Record<string, Operation> = {
     summary: 'Chat completion, `sync`, `stream` or `async`',
     description:
       'OpenAI’s body plus Kiln’s `mode`, `webhook` and `contexts`; fields Kiln does not know pass through to the engine.',
+    headers: SUBMISSION_HEADERS,
     responses: submitted(R.ChatAnswer),
   },
   'POST /v1/responses': {
     summary: 'OpenAI Responses API: sync, stream or background',
-    responses: { 200: R.ResponseAnswer, default: R.ErrorEnvelope },
+    headers: Type.Object({ 'Idempotency-Key': Type.Optional(IdempotencyKey) }),
+    responses: { 200: R.ResponseAnswer, 429: RateLimited, default: R.ErrorEnvelope },
   },
   'GET /v1/responses/:id': {
     summary: 'Retrieve a stored response, or resume its event stream',
@@ -121,15 +171,18 @@ const OPERATIONS: Record<string, Operation> = {
   'GET /v1/models/:id': { summary: 'One entry of the model list', responses: ok(R.ModelEntry) },
   'POST /v1/images/generations': {
     summary: 'Images, `sync` or `async`',
+    headers: SUBMISSION_HEADERS,
     responses: submitted(R.ImagesAnswer),
   },
   'POST /v1/videos/generations': {
-    summary: 'A video from a prompt (and an image); async only',
-    responses: { 202: R.Submission, default: R.ErrorEnvelope },
+    summary: 'A video from a prompt (and an image); async, or waited for with `Prefer: wait=N`',
+    headers: SUBMISSION_HEADERS,
+    responses: submitted(R.VideoAnswer),
   },
   'POST /v1/videos/transitions': {
-    summary: 'A video from a start image (to an end image); async only',
-    responses: { 202: R.Submission, default: R.ErrorEnvelope },
+    summary: 'A video from a start image (to an end image); async, or waited for with `Prefer: wait=N`',
+    headers: SUBMISSION_HEADERS,
+    responses: submitted(R.VideoAnswer),
   },
   'GET /v1/files/:id': {
     summary: 'A produced file’s record and a fresh signed URL',
@@ -144,6 +197,14 @@ const OPERATIONS: Record<string, Operation> = {
     description:
       'Either a bearer key of the owning organisation or the signed URL’s `expires` and `signature` query parameters.',
     auth: 'key-or-signature',
+    headers: Type.Object({
+      Range: Type.Optional(text('one range, `bytes=start-end`, `bytes=start-` or `bytes=-suffix`')),
+      'If-None-Match': Type.Optional(text('the ETag held: 304 while the content is the same')),
+    }),
+    query: Type.Object({
+      expires: Type.Optional(Type.Integer({ description: 'a signed URL’s expiry, Unix seconds' })),
+      signature: Type.Optional(text('a signed URL’s signature')),
+    }),
     responses: {
       200: R.FileContent,
       206: { ...R.FileContent, description: 'the requested range' },
@@ -191,6 +252,17 @@ const OPERATIONS: Record<string, Operation> = {
     description:
       'Each POST carries one JSON-RPC 2.0 message (send `Accept: application/json, text/event-stream`); ' +
       'the tools act on the key’s organisation’s contexts. Protocol errors are JSON-RPC errors.',
+    body: Type.Object(
+      {
+        jsonrpc: Type.Literal('2.0'),
+        method: text('e.g. `initialize`, `tools/list`, `tools/call`, `resources/read`'),
+        id: Type.Optional(
+          Type.Union([Type.String(), Type.Integer()], { description: 'absent in a notification' }),
+        ),
+        params: Type.Optional(Type.Object({})),
+      },
+      { description: 'one JSON-RPC 2.0 request or notification' },
+    ),
     responses: {
       200: R.McpAnswer,
       202: { ...R.NoContent, description: 'a notification, accepted' },

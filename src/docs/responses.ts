@@ -383,6 +383,18 @@ export const ResponseRetrieved = media('the response, or its events again (`stre
   'text/event-stream': EventStream,
 });
 export const ImagesAnswer = json(ImagesResult, 'the images (`sync`)');
+
+const VideoResult = Type.Object({
+  url: Type.String({ description: 'a signed URL of the video' }),
+  file_id: Type.String({ pattern: '^file_' }),
+  duration_ms: Nullable(Type.Integer()),
+  width: Nullable(Type.Integer()),
+  height: Nullable(Type.Integer()),
+  fps: Nullable(Type.Number()),
+  content_type: Type.String(),
+  seed: Type.Integer({ description: 'render the same clip again with it' }),
+});
+export const VideoAnswer = json(VideoResult, 'the video, when it is done within `Prefer: wait=N`');
 export const ReferencePage = media('the reference page (Swagger UI, served from this gateway)', {
   'text/html': Type.String(),
 });

@@ -17,10 +17,23 @@ import { startTestServer, type TestServer } from '../helpers/server.js';
 import { storeCases } from '../helpers/stores.js';
 
 type Answer = { status: number; body: any; headers: Headers };
-type OpenApi = {
-  paths: Record<string, Record<string, { responses?: Record<string, OpenApiResponse> }>>;
+type OpenApi = { paths: Record<string, Record<string, OpenApiOperation>> };
+type OpenApiResponse = {
+  description: string;
+  content?: Record<string, { schema?: unknown }>;
+  headers?: Record<string, unknown>;
 };
-type OpenApiResponse = { description: string; content?: Record<string, { schema?: unknown }> };
+type OpenApiOperation = {
+  operationId?: string;
+  parameters?: Array<{ name: string; in: string }>;
+  requestBody?: unknown;
+  responses?: Record<string, OpenApiResponse>;
+};
+
+/** Request headers of the API's own (not HTTP's plumbing): a caller must learn them from the document. */
+const API_REQUEST_HEADERS = ['idempotency-key', 'prefer', 'range', 'if-none-match'];
+/** Answer headers of the API's own: where they come, the document must say so. */
+const API_ANSWER_HEADERS = /^(location|retry-after|retry-after-ms|x-ratelimit-.*)$/;
 
 const HTTP_METHODS = ['get', 'put', 'post', 'delete', 'options', 'patch', 'trace'];
 const DOCUMENT_ID = 'https://kiln.invalid/openapi.json';
@@ -136,12 +149,16 @@ describe('the OpenAPI document, against the live server', () => {
     if (configDir) rmSync(configDir, { recursive: true, force: true });
   });
 
-  /** The response the document gives `operation` for `status`: its own, else `default`. */
-  function documentedResponse(operation: string, status: number): OpenApiResponse & { key: string } {
+  function describedOperation(operation: string): OpenApiOperation {
     const [method, route] = operation.split(' ') as [string, string];
     const described = doc.paths[route]?.[method.toLowerCase()];
     expect(described, `${operation} is in the document`).toBeDefined();
-    const responses = described?.responses ?? {};
+    return described as OpenApiOperation;
+  }
+
+  /** The response the document gives `operation` for `status`: its own, else `default`. */
+  function documentedResponse(operation: string, status: number): OpenApiResponse & { key: string } {
+    const responses = describedOperation(operation).responses ?? {};
     const key = String(status) in responses ? String(status) : 'default';
     const response = responses[key];
     expect(response, `${operation} documents ${status} or a default`).toBeDefined();
@@ -152,10 +169,35 @@ describe('the OpenAPI document, against the live server', () => {
    * Checks a live answer of `operation` (`METHOD /path` as the document has it) against the
    * document: a JSON body against its schema, any other body by its content type.
    */
-  function expectDocumented(operation: string, answer: Answer): void {
+  function expectDocumented(
+    operation: string,
+    answer: Answer,
+    request: { url: string; headers?: Record<string, string>; body?: unknown } = { url: '' },
+  ): void {
     exercised.add(operation);
+    // What the caller sent that only the document can tell a generated client about.
+    const parameters = describedOperation(operation).parameters ?? [];
+    const documentedIn = (where: string) =>
+      parameters.filter((p) => p.in === where).map((p) => p.name.toLowerCase());
+    const query = [...new URL(request.url, 'http://kiln.invalid').searchParams.keys()];
+    expect(documentedIn('query'), `${operation}: its query parameters`).toEqual(
+      expect.arrayContaining(query),
+    );
+    const sentHeaders = Object.keys(request.headers ?? {})
+      .map((name) => name.toLowerCase())
+      .filter((name) => API_REQUEST_HEADERS.includes(name));
+    expect(documentedIn('header'), `${operation}: its request headers`).toEqual(
+      expect.arrayContaining(sentHeaders),
+    );
+    if (request.body !== undefined) {
+      expect(describedOperation(operation).requestBody, `${operation} has a request body`).toBeDefined();
+    }
     const response = documentedResponse(operation, answer.status);
     const what = `${operation} ${answer.status} (${response.key})`;
+    const answerHeaders = [...answer.headers.keys()].filter((name) => API_ANSWER_HEADERS.test(name));
+    expect(Object.keys(response.headers ?? {}), `${what}: its headers`).toEqual(
+      expect.arrayContaining(answerHeaders),
+    );
     const contentType = (answer.headers.get('content-type') ?? '').split(';')[0]?.trim() ?? '';
     if (!response.content) {
       expect(answer.body, `${what} has no body`).toBe('');
@@ -199,7 +241,7 @@ describe('the OpenAPI document, against the live server', () => {
     options: Parameters<TestServer['call']>[2] = {},
   ): Promise<Answer> {
     const answer = await kiln.call(operation.split(' ')[0] as string, url, options);
-    expectDocumented(operation, answer);
+    expectDocumented(operation, answer, { url, headers: options.headers, body: options.body });
     return answer;
   }
 
@@ -221,6 +263,20 @@ describe('the OpenAPI document, against the live server', () => {
     expect(result.valid).toBe(true);
     expect(validator.version).toBe('3.1');
     expect(doc).toMatchObject({ openapi: '3.1.0', info: { title: 'Kiln', version: VERSION } });
+  });
+
+  it('names every operation once, so that a client generated from it compiles', () => {
+    const ids = Object.values(doc.paths).flatMap((item) =>
+      Object.entries(item)
+        .filter(([method]) => HTTP_METHODS.includes(method))
+        .map(([, operation]) => operation.operationId),
+    );
+    expect(ids.length).toBeGreaterThan(40);
+    expect(ids.filter((id) => id === undefined)).toEqual([]);
+    expect(ids.filter((id, index) => ids.indexOf(id) !== index)).toEqual([]);
+    expect(doc.paths['/api/v1/contexts/{id_or_name}']?.get?.operationId).toBe(
+      'get_api_v1_contexts_id_or_name',
+    );
   });
 
   it('documents every public route the server has, and none it does not', () => {
@@ -316,6 +372,23 @@ describe('the OpenAPI document, against the live server', () => {
     expect(unknown.status).toBe(404);
   });
 
+  it('a key with a per-minute limit: its rate-limit headers on answers, then 429 with when to retry', async () => {
+    const created = await kiln.call('POST', '/admin/v1/keys', {
+      body: { org: 'default', name: 'paced', limits: { requests_per_minute: 1 } },
+    });
+    expect(created.status).toBe(201);
+    const key = created.body.key as string;
+    const body = { model: 'm', messages: [{ role: 'user', content: 'hi' }], max_tokens: 4 };
+    const route = 'POST /v1/chat/completions';
+    const first = await documented(route, '/v1/chat/completions', { key, body });
+    expect([first.status, first.headers.get('x-ratelimit-remaining-requests')]).toEqual([200, '0']);
+    const refused = await documented(route, '/v1/chat/completions', { key, body });
+    expect(refused.status).toBe(429);
+    expect(Number(refused.headers.get('retry-after'))).toBeGreaterThan(0);
+    const listed = await documented('GET /v1/models', '/v1/models', { key });
+    expect(listed.headers.get('x-ratelimit-limit-requests')).toBe('1');
+  });
+
   it('responses: sync, stream and background; retrieve, resume, input items, cancel, delete; 400 and 404', async () => {
     const route = 'POST /v1/responses';
     const body = { model: 'brief', input: 'hi' };
@@ -393,6 +466,20 @@ describe('the OpenAPI document, against the live server', () => {
       body: { start_image: png, end_image: png, duration_seconds: 1 },
     });
     expect(transition.status, JSON.stringify(transition.body)).toBe(202);
+    // Waited for: the result itself, once with an idempotency key.
+    const waited = await documented('POST /v1/videos/generations', '/v1/videos/generations', {
+      headers: { prefer: 'wait=20', 'idempotency-key': 'openapi-waited' },
+      body: { prompt: 'a kiln', duration_seconds: 1 },
+    });
+    expect([waited.status, waited.body.content_type], JSON.stringify(waited.body)).toEqual([
+      200,
+      'video/webm',
+    ]);
+    const waitedTransition = await documented('POST /v1/videos/transitions', '/v1/videos/transitions', {
+      headers: { prefer: 'wait=20' },
+      body: { start_image: png, duration_seconds: 1 },
+    });
+    expect(waitedTransition.status, JSON.stringify(waitedTransition.body)).toBe(200);
     for (const [operation, url, body] of [
       ['POST /v1/images/generations', '/v1/images/generations', { size: '512x512' }],
       ['POST /v1/videos/generations', '/v1/videos/generations', { prompt: 'x', duration_seconds: -1 }],
@@ -467,7 +554,7 @@ describe('the OpenAPI document, against the live server', () => {
     expect(list.body.data.length).toBeGreaterThan(3);
     expect(
       (await documented('GET /api/v1/jobs', '/api/v1/jobs?kind=video.generation')).body.data,
-    ).toHaveLength(1);
+    ).toHaveLength(2);
     expect((await documented('GET /v1/jobs', '/v1/jobs?status=nonsense')).status).toBe(400);
     const slowChat = () =>
       kiln.call('POST', '/v1/chat/completions', {
