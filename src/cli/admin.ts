@@ -6,13 +6,17 @@ import { issueKey } from '../auth/keys.js';
 import { randomBase62 } from '../ids.js';
 import type { Limits } from '../limits/schema.js';
 import type { Store } from '../store/index.js';
+import { latestVersion } from '../store/migrations.js';
+import { VERSION } from '../version.js';
 import { isoTime, NO_STORE_FIX, serverConfig, table, UsageError } from './common.js';
 import { limitChange, limitOptions, limitsSummary } from './limits.js';
 
 /**
  * Admin commands work on the store directly, with the same configuration as `kiln serve`. They
  * never create one: run from the wrong directory, an admin command would otherwise make a new,
- * empty store and list no keys. `kiln migrate` (or `kiln serve`) creates it.
+ * empty store and list no keys. `kiln migrate` (or `kiln serve`) creates it. Nor do they migrate
+ * one: a newer CLI run against a store that older gateways still serve would otherwise apply the
+ * new release's migrations under them, outside the maintenance window the upgrade planned.
  */
 async function withStore<T>(command: Command, work: (store: Store) => Promise<T>): Promise<T> {
   const config = serverConfig(command);
@@ -35,7 +39,13 @@ async function withStore<T>(command: Command, work: (store: Store) => Promise<T>
         `schema ${config.store.schema} of ${shownStoreUrl(url)} holds no Kiln store: ${fix}`,
       );
     }
-    await store.migrate();
+    const version = await store.schemaVersion();
+    if (version < latestVersion()) {
+      throw new UsageError(
+        `the store is at schema version ${version} and this Kiln (${VERSION}) works on version ${latestVersion()}: ` +
+          'apply the pending migrations with `kiln migrate` first (docs/operations.md, "Upgrades and migrations"); nothing was changed',
+      );
+    }
     return await work(store);
   } finally {
     await store.close();

@@ -96,6 +96,14 @@ export class Store extends Repositories {
     return migrate(this.driver);
   }
 
+  /** The newest migration this store has applied (0 for none). */
+  async schemaVersion(): Promise<number> {
+    const row = await this.driver.get<{ version: number | string | null }>(
+      'SELECT MAX(version) AS version FROM kiln_migrations',
+    );
+    return Number(row?.version ?? 0);
+  }
+
   ping(): Promise<void> {
     return this.driver.ping();
   }

@@ -2,9 +2,11 @@ import { existsSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { openStore } from '../../src/store/index.js';
+import { latestVersion, migrate } from '../../src/store/migrations.js';
 import { kilnWith } from '../helpers/cli.js';
 import { dropSchema, POSTGRES_URL, testSchema } from '../helpers/postgres.js';
-import { storeCases } from '../helpers/stores.js';
+import { caseTitle, storeCases } from '../helpers/stores.js';
 
 /**
  * An admin command run where there is no store (the wrong directory, a schema never migrated)
@@ -68,4 +70,51 @@ describe.skipIf(pg.skip)('admin commands without a store: postgres', () => {
       await dropSchema(schema);
     }
   });
+});
+
+/**
+ * A store an older Kiln left: an admin command of a newer CLI leaves its migrations alone (older
+ * gateways may still be serving it) and says to run `kiln migrate`.
+ */
+describe.each(storeCases)('admin commands on a store with pending migrations: $name', (c) => {
+  it.skipIf(c.skip)(
+    `${caseTitle(c)}: refused, the store left at its version; after kiln migrate they work`,
+    async () => {
+      const { store: config, cleanup } = c.fresh();
+      const older = openStore(config);
+      await migrate(older.driver, 6);
+      await older.close();
+      const env = { KILN_STORE_URL: config.url, KILN_STORE_SCHEMA: config.schema };
+      const kiln = kilnWith({ cwd, env });
+      const versionNow = async () => {
+        const store = openStore(config);
+        try {
+          return await store.schemaVersion();
+        } finally {
+          await store.close();
+        }
+      };
+      try {
+        for (const args of [
+          ['orgs', 'list'],
+          ['keys', 'create', '--org', 'default'],
+        ]) {
+          const result = await kiln(args);
+          expect(result.code, args.join(' ')).not.toBe(0);
+          expect(result.stdout).toBe('');
+          expect(result.stderr).toContain(`the store is at schema version 6 and this Kiln`);
+          expect(result.stderr).toContain('kiln migrate');
+        }
+        expect(await versionNow()).toBe(6);
+        const migrated = await kiln(['migrate']);
+        expect(migrated.code, migrated.stderr).toBe(0);
+        expect(await versionNow()).toBe(latestVersion());
+        const listed = await kiln(['orgs', 'list']);
+        expect(listed.code, listed.stderr).toBe(0);
+        expect(listed.stdout).toContain('NAME');
+      } finally {
+        await cleanup();
+      }
+    },
+  );
 });
