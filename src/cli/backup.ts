@@ -68,7 +68,11 @@ const LIBPQ_PARAMETERS = new Set([
   'connect_timeout',
 ]);
 
-/** The store URL as pg_dump takes it, without the password; undefined when it does not parse. */
+/**
+ * The store URL as pg_dump takes it, without the password; undefined when it does not parse.
+ * node-postgres's TLS settings become libpq's that mean the same: `sslmode=no-verify` (encrypted,
+ * certificate unchecked) is libpq's `require`; `ssl=true` (certificate checked) is `verify-full`.
+ */
 function libpqUrl(url: string): { url: string; password: boolean } | undefined {
   let parsed: URL;
   try {
@@ -78,8 +82,13 @@ function libpqUrl(url: string): { url: string; password: boolean } | undefined {
   }
   const password = parsed.password !== '' || parsed.searchParams.has('password');
   parsed.password = '';
-  for (const name of [...parsed.searchParams.keys()]) {
-    if (!LIBPQ_PARAMETERS.has(name)) parsed.searchParams.delete(name);
+  const { searchParams: query } = parsed;
+  if (query.get('sslmode') === 'no-verify') query.set('sslmode', 'require');
+  if (!query.has('sslmode') && ['true', '1'].includes(query.get('ssl') ?? '')) {
+    query.set('sslmode', 'verify-full');
+  }
+  for (const name of [...query.keys()]) {
+    if (!LIBPQ_PARAMETERS.has(name)) query.delete(name);
   }
   return { url: parsed.toString(), password };
 }
@@ -103,11 +112,15 @@ function leaveToPostgresTools(
   } else {
     const dbname = shellWord(target.url);
     const dumpFile = shellWord(file);
+    // Restoring drops the schema first: pg_restore's --clean drops only what the dump holds, and a
+    // table a later migration made would stay and stop that migration running again.
     lines.push(
       '  Back it up with pg_dump, which copies one consistent snapshot while gateways keep serving:',
       `    pg_dump --format=custom --schema=${schema} --file=${dumpFile} ${dbname}`,
-      '  Restore it with pg_restore, with every gateway and worker stopped, then start `kiln serve` (it applies pending migrations):',
-      `    pg_restore --clean --if-exists --no-owner --dbname=${dbname} ${dumpFile}`,
+      `  Restore it with every gateway and worker stopped: drop schema ${schema} (everything in it goes), restore`,
+      '  the dump, then start `kiln serve` (it applies pending migrations):',
+      `    psql --dbname=${dbname} -v ON_ERROR_STOP=1 -c 'DROP SCHEMA IF EXISTS ${schema} CASCADE'`,
+      `    pg_restore --no-owner --exit-on-error --dbname=${dbname} ${dumpFile}`,
     );
     if (target.password) {
       lines.push('  The password is left out: they take it from PGPASSWORD or ~/.pgpass, or ask for it.');

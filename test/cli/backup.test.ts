@@ -1,12 +1,16 @@
+import { execFileSync } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import Database from 'better-sqlite3';
+import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { latestVersion } from '../../src/store/migrations.js';
+import { openStore } from '../../src/store/index.js';
+import { latestVersion, migrate } from '../../src/store/migrations.js';
 import { KILN_BIN, type Kiln, kilnWith } from '../helpers/cli.js';
 import { callGateway as call } from '../helpers/http.js';
+import { POSTGRES_URL, probePostgresTools } from '../helpers/postgres.js';
 import {
   type KilnProcess,
   type ProcessWorld,
@@ -384,7 +388,8 @@ describe('kiln backup and kiln restore on PostgreSQL', () => {
       "pg_dump --format=custom --schema=kiln --file=nightly.dump 'postgres://kiln@127.0.0.1:1/kiln_prod?sslmode=disable'\n",
     );
     expect(result.stderr).toContain(
-      "pg_restore --clean --if-exists --no-owner --dbname='postgres://kiln@127.0.0.1:1/kiln_prod?sslmode=disable' nightly.dump\n",
+      "psql --dbname='postgres://kiln@127.0.0.1:1/kiln_prod?sslmode=disable' -v ON_ERROR_STOP=1 -c 'DROP SCHEMA IF EXISTS kiln CASCADE'\n" +
+        "    pg_restore --no-owner --exit-on-error --dbname='postgres://kiln@127.0.0.1:1/kiln_prod?sslmode=disable' nightly.dump\n",
     );
     expect(result.stderr).toContain('PGPASSWORD');
     expect(result.stderr).not.toContain('s3cret-pass');
@@ -397,8 +402,103 @@ describe('kiln backup and kiln restore on PostgreSQL', () => {
     expect(result.code).toBe(2);
     expect(result.stderr).toContain('kiln restore works on SQLite stores; this store is PostgreSQL');
     expect(result.stderr).toContain(
-      "pg_restore --clean --if-exists --no-owner --dbname='postgres://kiln@127.0.0.1:1/kiln_prod?sslmode=disable' nightly.dump",
+      "pg_restore --no-owner --exit-on-error --dbname='postgres://kiln@127.0.0.1:1/kiln_prod?sslmode=disable' nightly.dump",
     );
     expect(result.stderr).not.toContain('s3cret-pass');
   });
+
+  it("node-postgres's TLS settings become libpq's that mean the same, so pg_dump can connect as Kiln does", async () => {
+    const base = 'postgres://kiln@127.0.0.1:1/kiln_prod';
+    for (const [query, libpq] of [
+      ['sslmode=no-verify', 'sslmode=require'],
+      ['ssl=true', 'sslmode=verify-full'],
+      ['ssl=true&sslmode=verify-ca', 'sslmode=verify-ca'],
+    ]) {
+      const result = await kilnWith({ cwd: work, env: { KILN_STORE_URL: `${base}?${query}` } })([
+        'backup',
+        'nightly.dump',
+      ]);
+      expect(result.code).toBe(2);
+      expect(result.stderr, query).toContain(`--file=nightly.dump '${base}?${libpq}'\n`);
+    }
+  });
 });
+
+/**
+ * The commands `kiln backup` prints, run as printed against a real PostgreSQL: a backup of a store
+ * an older Kiln left, restored after an upgrade made tables the backup does not hold. The restore
+ * must give back the old store whole, at its old schema version, so that `kiln migrate` (or the
+ * next `kiln serve`) upgrades it again.
+ */
+describe.skipIf(storeCases[1]?.skip || probePostgresTools())(
+  'the printed PostgreSQL backup and restore, run',
+  () => {
+    let work: string;
+    let database: string;
+    let url: string;
+    const admin = () => new pg.Client({ connectionString: POSTGRES_URL });
+    beforeAll(async () => {
+      work = mkdtempSync(path.join(tmpdir(), 'kiln-backup-pg-run-'));
+      database = `kiln_restore_${process.pid}_${randomBytes(3).toString('hex')}`;
+      const client = admin();
+      await client.connect();
+      await client.query(`CREATE DATABASE ${database}`);
+      await client.end();
+      const parsed = new URL(POSTGRES_URL);
+      parsed.pathname = `/${database}`;
+      url = parsed.toString();
+    });
+    afterAll(async () => {
+      rmSync(work, { recursive: true, force: true });
+      const client = admin();
+      await client.connect();
+      await client.query(`DROP DATABASE IF EXISTS ${database} WITH (FORCE)`);
+      await client.end();
+    });
+
+    /** The command lines `kiln <command>` printed that run one of `programs`. */
+    async function printed(command: 'backup' | 'restore', ...programs: string[]): Promise<string[]> {
+      const result = await kilnWith({ cwd: work, env: { KILN_STORE_URL: url } })([command, 'kiln.dump']);
+      expect(result.code, result.stderr).toBe(2);
+      return result.stderr
+        .split('\n')
+        .map((line) => line.trim())
+        .filter((line) => programs.includes(line.split(' ')[0] as string));
+    }
+    const run = (line: string) => execFileSync('bash', ['-c', line], { cwd: work, stdio: 'pipe' });
+
+    it('gives back the old store at its old version over an upgraded one; kiln migrate then upgrades it again', async () => {
+      const old = openStore({ url, schema: 'public', pool_size: 2 });
+      await migrate(old.driver, 6);
+      await old.driver.run('INSERT INTO orgs (id, name, created_at) VALUES (?, ?, ?)', [
+        'org_backed_up',
+        'backed-up',
+        Date.now(),
+      ]);
+      await old.close();
+      const [dump] = await printed('backup', 'pg_dump');
+      run(dump as string);
+
+      const kiln = kilnWith({ cwd: work, env: { KILN_STORE_URL: url } });
+      expect((await kiln(['migrate'])).code).toBe(0);
+      expect((await kiln(['orgs', 'create', 'after-backup'])).code).toBe(0);
+
+      const restore = await printed('restore', 'psql', 'pg_restore');
+      expect(restore.map((line) => line.split(' ')[0])).toEqual(['psql', 'pg_restore']);
+      for (const line of restore) run(line);
+
+      const restored = openStore({ url, schema: 'public', pool_size: 2 });
+      try {
+        expect(await restored.schemaVersion()).toBe(6);
+      } finally {
+        await restored.close();
+      }
+      const migrated = await kiln(['migrate']);
+      expect(migrated.code, migrated.stderr).toBe(0);
+      const listed = await kiln(['orgs', 'list']);
+      expect(listed.code, listed.stderr).toBe(0);
+      expect(listed.stdout).toContain('backed-up');
+      expect(listed.stdout).not.toContain('after-backup');
+    });
+  },
+);
