@@ -167,6 +167,7 @@ export async function createRuntime(
         {
           intervalMs: parseDuration(config.jobs.purge_interval),
           deliveriesKeptMs: parseDuration(config.webhooks.retention),
+          jobsKeptMs: parseDuration(config.jobs.retention),
         },
         logger.child({ component: 'purge' }),
       );

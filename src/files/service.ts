@@ -38,6 +38,9 @@ const CONTENT_TYPE = /^[a-z0-9][a-z0-9!#$&^_.+-]*\/[a-z0-9][a-z0-9!#$&^_.+-]*$/;
 
 export const isFileId = (id: string) => FILE_ID.test(id);
 
+/** Stored files looked up in the store at once by the sweep of orphans. */
+const ORPHAN_BATCH = 256;
+
 export function presentFile(row: FileRow): FileRecord {
   return {
     id: row.id,
@@ -169,6 +172,34 @@ export class FileService {
       await this.storage.delete(gone.storage_key);
       deleted++;
     }
+    return deleted;
+  }
+
+  /**
+   * Deletes stored files written before `before` that no file row names: bytes whose row a restore
+   * from an older backup took away, or that a crash left between writing them and their row.
+   * Answers how many. Only names Kiln gives (`ab/file_…ab`) are touched.
+   */
+  async deleteOrphans(before: number): Promise<number> {
+    if (!this.storage.writtenBefore) return 0;
+    let deleted = 0;
+    let batch: Array<{ key: string; id: string }> = [];
+    const sweep = async () => {
+      const known = await this.store.files.known(batch.map((file) => file.id));
+      for (const { key, id } of batch) {
+        if (known.has(id)) continue;
+        await this.storage.delete(key);
+        deleted++;
+      }
+      batch = [];
+    };
+    for await (const key of this.storage.writtenBefore(before)) {
+      const [shard, id] = key.split('/') as [string, string | undefined];
+      if (id === undefined || !isFileId(id) || shard !== id.slice(-2)) continue;
+      batch.push({ key, id });
+      if (batch.length === ORPHAN_BATCH) await sweep();
+    }
+    if (batch.length > 0) await sweep();
     return deleted;
   }
 

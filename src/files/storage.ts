@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { mkdir, open, rename, rm, stat } from 'node:fs/promises';
+import { mkdir, open, readdir, rename, rm, stat } from 'node:fs/promises';
 import path from 'node:path';
 import type { Readable } from 'node:stream';
 import { KilnError } from '../errors.js';
@@ -25,6 +25,8 @@ export interface FileStorage {
   delete(key: string): Promise<void>;
   /** The object's path on this machine's disk, when storage is a local directory (tools such as ffprobe read it there). */
   localPath?(key: string): string;
+  /** The keys of objects last written before `before` (Unix ms), for the purge's sweep of orphans. */
+  writtenBefore?(before: number): AsyncIterable<string>;
 }
 
 const SAFE_KEY = /^[A-Za-z0-9_-]+(\/[A-Za-z0-9_-]+)*$/;
@@ -86,5 +88,29 @@ export class LocalFileStorage implements FileStorage {
 
   async delete(key: string): Promise<void> {
     await rm(this.localPath(key), { force: true });
+  }
+
+  /** Shard by shard (`ab/`), the files last written before `before`; temporaries are not keys. */
+  async *writtenBefore(before: number): AsyncGenerator<string> {
+    const entries = async (dir: string) => {
+      try {
+        return await readdir(dir, { withFileTypes: true });
+      } catch (error) {
+        if ((error as NodeJS.ErrnoException).code === 'ENOENT') return [];
+        throw error;
+      }
+    };
+    for (const shard of await entries(this.dir)) {
+      if (!shard.isDirectory()) continue;
+      for (const entry of await entries(path.join(this.dir, shard.name))) {
+        const key = `${shard.name}/${entry.name}`;
+        if (!entry.isFile() || !SAFE_KEY.test(key)) continue;
+        const written = await stat(path.join(this.dir, key)).then(
+          (stats) => stats.mtimeMs,
+          () => undefined,
+        );
+        if (written !== undefined && written < before) yield key;
+      }
+    }
   }
 }

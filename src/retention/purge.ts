@@ -10,11 +10,15 @@ import type { Store } from '../store/index.js';
 export const PURGE_STEP = 32;
 /** Idempotency keys answer replays for a day (DESIGN.md); after that they are only weight. */
 export const IDEMPOTENCY_KEPT_MS = 86_400_000;
+/** How often the files directory is swept for orphans: at a process's first pass, then daily. */
+export const ORPHAN_SWEEP_EVERY_MS = 86_400_000;
 
 export interface PurgeSettings {
   intervalMs: number;
   /** Delivered and abandoned webhook deliveries are kept this long. */
   deliveriesKeptMs: number;
+  /** `jobs.retention`: a stored file with no row is deleted once it is this old. */
+  jobsKeptMs: number;
 }
 
 export interface Purged {
@@ -22,16 +26,21 @@ export interface Purged {
   files: number;
   idempotencyKeys: number;
   deliveries: number;
+  /** Stored files no row named, older than `jobs.retention` (a sweep runs daily). */
+  orphans: number;
 }
 
 /**
  * Keeps the store and the files directory in check: jobs past `jobs.retention` go with their
  * produced files, request, result, events and idempotency record (their usage-ledger rows stay);
- * idempotency records after a day; finished webhook deliveries after `webhooks.retention`.
- * Every process with workers runs one; two purging at once delete each row once.
+ * idempotency records after a day; finished webhook deliveries after `webhooks.retention`; and,
+ * daily, stored files that no row names once they are older than `jobs.retention` (by then a file
+ * with a row would have gone with its job too). Every process with workers runs one; two purging
+ * at once delete each row once.
  */
 export class Purger {
   #timer: NodeJS.Timeout | undefined;
+  #sweptAt = Number.NEGATIVE_INFINITY;
   #running: Promise<unknown> | undefined;
 
   constructor(
@@ -60,7 +69,7 @@ export class Purger {
 
   /** One full pass: batches until nothing is left that is past its retention. */
   async purge(now = Date.now()): Promise<Purged> {
-    const purged: Purged = { jobs: 0, files: 0, idempotencyKeys: 0, deliveries: 0 };
+    const purged: Purged = { jobs: 0, files: 0, idempotencyKeys: 0, deliveries: 0, orphans: 0 };
     for (;;) {
       const jobs = await this.store.retention.expired(now, PURGE_STEP);
       // Files first: should the process stop between the two, the next pass finds the job again.
@@ -82,7 +91,11 @@ export class Purger {
     purged.deliveries = await prune(() =>
       this.store.retention.pruneDeliveries(now - this.settings.deliveriesKeptMs, PURGE_STEP),
     );
-    if (purged.jobs + purged.files + purged.idempotencyKeys + purged.deliveries > 0) {
+    if (now - this.#sweptAt >= ORPHAN_SWEEP_EVERY_MS) {
+      this.#sweptAt = now;
+      purged.orphans = await this.files.deleteOrphans(now - this.settings.jobsKeptMs);
+    }
+    if (Object.values(purged).some((n) => n > 0)) {
       this.log.info(purged, 'purged what was past its retention');
     }
     return purged;

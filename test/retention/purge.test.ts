@@ -1,11 +1,11 @@
-import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, rmSync, utimesSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { uuidv7 } from '../../src/ids.js';
-import { PURGE_STEP, Purger } from '../../src/retention/purge.js';
+import { ORPHAN_SWEEP_EVERY_MS, PURGE_STEP, Purger } from '../../src/retention/purge.js';
 import { type ComfySim, startComfySim } from '../../src/sim/comfyui/server.js';
 import { statusOf } from '../helpers/http.js';
 import { waitUntil } from '../helpers/process.js';
@@ -13,6 +13,8 @@ import { startTestServer, type TestServer } from '../helpers/server.js';
 import { caseTitle, storeCases } from '../helpers/stores.js';
 
 const silent = { info() {}, error() {} } as never;
+/** A purger of the test's own: `jobsKeptMs` as the server's `jobs.retention`. */
+const SETTINGS = { intervalMs: 1000, deliveriesKeptMs: 60_000, jobsKeptMs: 3000 };
 
 /**
  * Retention on both stores: a job past `jobs.retention` is purged with its produced file within
@@ -148,7 +150,7 @@ for (const storeCase of storeCases) {
       const id = await image(member, { webhook: { url: hookUrl } }, { 'Idempotency-Key': 'purge-me' });
       await completed(member, id);
       const jobId = id.replace(/^[a-z]+-/, '');
-      const purger = new Purger(store, runtime.files, { intervalMs: 1000, deliveriesKeptMs: 60_000 }, silent);
+      const purger = new Purger(store, runtime.files, SETTINGS, silent);
       // Past its retention, but its delivery is still being retried: it stays.
       const later = Date.now() + 10_000;
       await purger.purge(later);
@@ -191,6 +193,58 @@ for (const storeCase of storeCases) {
       expect(await store.jobs.byId(keptId)).toBeDefined();
     }, 30_000);
 
+    it('stored files no row names (a restore from an older backup) go once older than jobs.retention, at the first pass and daily; the rest stay', async () => {
+      const { store, runtime } = kiln.server;
+      const orgId = (await store.orgs.byName('retention'))?.id as string;
+      const dir = path.join(kiln.dataDir, 'files');
+      const stored = (name: string, shard = name.slice(-2)) => {
+        const file = path.join(dir, shard, name);
+        mkdirSync(path.dirname(file), { recursive: true });
+        writeFileSync(file, 'png');
+        return file;
+      };
+      const fileId = () => `file_${uuidv7().replaceAll('-', '')}`;
+      const agedPast = (file: string) => {
+        const old = new Date(Date.now() - 10_000);
+        utimesSync(file, old, old);
+      };
+      const keptId = fileId();
+      const kept = stored(keptId);
+      await store.files.insert({
+        id: keptId,
+        org_id: orgId,
+        job_id: null,
+        content_type: 'image/png',
+        size_bytes: 3,
+        sha256: '0'.repeat(64),
+        storage_key: `${keptId.slice(-2)}/${keptId}`,
+        width: null,
+        height: null,
+        duration_ms: null,
+        fps: null,
+        created_at: Date.now(),
+      });
+      const orphan = stored(fileId());
+      const young = stored(fileId());
+      const notKilns = stored('operator-notes', 'xx');
+      for (const file of [kept, orphan, notKilns]) agedPast(file);
+
+      const purger = new Purger(store, runtime.files, SETTINGS, silent);
+      expect((await purger.purge()).orphans).toBe(1);
+      expect([kept, orphan, young, notKilns].map((file) => existsSync(file))).toEqual([
+        true,
+        false,
+        true,
+        true,
+      ]);
+      // Past retention now, but the next sweep is a day after the first.
+      agedPast(young);
+      expect((await purger.purge()).orphans).toBe(0);
+      expect(existsSync(young)).toBe(true);
+      expect((await purger.purge(Date.now() + ORPHAN_SWEEP_EVERY_MS)).orphans).toBe(1);
+      expect([kept, young, notKilns].map((file) => existsSync(file))).toEqual([true, false, true]);
+    });
+
     it('a backlog of expired jobs larger than two steps of the purge is purged whole in one pass', async () => {
       const { store, runtime } = kiln.server;
       const orgId = (await store.orgs.byName('retention'))?.id as string;
@@ -205,7 +259,7 @@ for (const storeCase of storeCases) {
            VALUES (?, ?, 'key', 'chat.completion', 'async', 'completed', ?, ?, 1, ?, 1000, ?, ?, ?)`,
           [id, orgId, big, big, expiresAt, expiresAt - 2000, expiresAt - 1000, expiresAt],
         );
-      const purger = new Purger(store, runtime.files, { intervalMs: 1000, deliveriesKeptMs: 60_000 }, silent);
+      const purger = new Purger(store, runtime.files, SETTINGS, silent);
       const purged = await purger.purge(expiresAt + 1);
       expect(purged.jobs).toBeGreaterThanOrEqual(ids.length);
       const left = await store.driver.all<{ id: string }>(

@@ -63,6 +63,16 @@ export class FileRepository {
     return normalise(await this.db.get<FileRow>(`SELECT ${COLUMNS} FROM files WHERE id = ?`, [id]));
   }
 
+  /** Which of `ids` have a row, whatever their organisation. */
+  async known(ids: string[]): Promise<Set<string>> {
+    if (ids.length === 0) return new Set();
+    const rows = await this.db.all<{ id: string }>(
+      `SELECT id FROM files WHERE id IN (${ids.map(() => '?').join(', ')})`,
+      ids,
+    );
+    return new Set(rows.map((row) => row.id));
+  }
+
   /** The files a job produced, oldest first. */
   async byJob(orgId: string, jobId: string): Promise<FileRow[]> {
     const rows = await this.db.all<FileRow>(
