@@ -51,7 +51,7 @@ export function jobRoutes(
         );
       }
       await deps.runtime.files.deleteForJob(job.org_id, job.id);
-      await jobs.store.jobs.forget(job.org_id, job.id, Date.now());
+      await jobs.store.jobs.forget(job.org_id, job.id);
       return { id: jobs.poll(job).id, object: 'job', deleted: true };
     });
 

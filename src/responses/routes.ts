@@ -246,7 +246,7 @@ export function responseRoutes(app: FastifyInstance, deps: AppDeps): void {
     if (!isTerminal(job.status)) await deps.jobs.cancel(orgId, job.id).catch(() => undefined);
     // Its events go with its output: a resumed stream of it would show what was deleted.
     await store.transaction(async (tx) => {
-      await tx.jobs.forget(orgId, job.id, Date.now());
+      await tx.jobs.forget(orgId, job.id);
       await tx.responseEvents.clear(job.id);
     });
     return { id: `${RESPONSE_PREFIX}${job.id}`, object: 'response', deleted: true };

@@ -12,6 +12,8 @@ export const PURGE_STEP = 32;
 export const IDEMPOTENCY_KEPT_MS = 86_400_000;
 /** How often the files directory is swept for orphans: at a process's first pass, then daily. */
 export const ORPHAN_SWEEP_EVERY_MS = 86_400_000;
+/** The `jobs.retention` (ms) by which the stored jobs' expiry was last dated. */
+const RETENTION_SETTING = 'jobs.retention_ms';
 
 export interface PurgeSettings {
   intervalMs: number;
@@ -28,6 +30,8 @@ export interface Purged {
   deliveries: number;
   /** Stored files no row named, older than `jobs.retention` (a sweep runs daily). */
   orphans: number;
+  /** Terminal jobs whose expiry the first pass dated by this `jobs.retention`. */
+  redated: number;
 }
 
 /**
@@ -41,6 +45,7 @@ export interface Purged {
 export class Purger {
   #timer: NodeJS.Timeout | undefined;
   #sweptAt = Number.NEGATIVE_INFINITY;
+  #redated = false;
   #running: Promise<unknown> | undefined;
 
   constructor(
@@ -67,9 +72,17 @@ export class Purger {
     await this.#running;
   }
 
-  /** One full pass: batches until nothing is left that is past its retention. */
+  /**
+   * One full pass: batches until nothing is left that is past its retention. The first pass of a
+   * process dates terminal jobs' expiry by its `jobs.retention` first: a changed retention holds
+   * for the jobs that ended before it, sooner or later.
+   */
   async purge(now = Date.now()): Promise<Purged> {
-    const purged: Purged = { jobs: 0, files: 0, idempotencyKeys: 0, deliveries: 0, orphans: 0 };
+    const purged: Purged = { jobs: 0, files: 0, idempotencyKeys: 0, deliveries: 0, orphans: 0, redated: 0 };
+    if (!this.#redated) {
+      purged.redated = await this.#redate();
+      this.#redated = true;
+    }
     for (;;) {
       const jobs = await this.store.retention.expired(now, PURGE_STEP);
       // Files first: should the process stop between the two, the next pass finds the job again.
@@ -99,5 +112,23 @@ export class Purger {
       this.log.info(purged, 'purged what was past its retention');
     }
     return purged;
+  }
+
+  /**
+   * Dates every terminal job's expiry by this process's `jobs.retention`, unless the store's were
+   * dated by the same: a whole pass over the jobs, once when the retention changes (and once on a
+   * store that has never recorded one). Answers how many jobs changed.
+   */
+  async #redate(): Promise<number> {
+    const retention = String(this.settings.jobsKeptMs);
+    if ((await this.store.settings.get(RETENTION_SETTING)) === retention) return 0;
+    let changed = 0;
+    for (let after: string | undefined = ''; after !== undefined; ) {
+      const step = await this.store.retention.redate(this.settings.jobsKeptMs, after, PURGE_STEP);
+      changed += step.changed;
+      after = step.last;
+    }
+    await this.store.settings.set(RETENTION_SETTING, retention);
+    return changed;
   }
 }

@@ -327,6 +327,15 @@ export const migrations: readonly Migration[] = [
       CREATE INDEX webhook_created ON webhook_deliveries (created_at);
     `,
   },
+  {
+    version: 11,
+    name: 'deleted jobs expire as of their end',
+    // A deleted job now expires as of its end, so that the purge can re-date every other terminal
+    // job when `jobs.retention` changes without bringing a deleted one back. Deletion empties the
+    // request to '{}', which no submission ever stores: that marks the ones deleted before.
+    sql: () =>
+      `UPDATE jobs SET expires_at = finished_at WHERE request = '{}' AND finished_at IS NOT NULL AND expires_at IS NOT NULL;`,
+  },
 ];
 
 /**

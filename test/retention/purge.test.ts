@@ -268,5 +268,39 @@ for (const storeCase of storeCases) {
       );
       expect(left).toEqual([]);
     });
+
+    // Last: it dates every job in the store by other retentions than the server's.
+    it('a changed jobs.retention holds for jobs that ended before it, longer or shorter; a deleted job stays expired', async () => {
+      const { store, runtime } = kiln.server;
+      const orgId = (await store.orgs.byName('retention'))?.id as string;
+      // Ended 2 s ago and dated by the server's 3 s retention, as the server would have.
+      const finishedAt = Date.now() - 2000;
+      const [kept, deleted] = [uuidv7(), uuidv7()];
+      for (const id of [kept, deleted])
+        await store.driver.run(
+          `INSERT INTO jobs (id, org_id, key_id, kind, mode, status, request, result, max_attempts,
+             queue_deadline, run_limit_ms, created_at, finished_at, expires_at)
+           VALUES (?, ?, 'key', 'chat.completion', 'async', 'completed', '{"model":"m"}', '{}', 1, ?, 1000, ?, ?, ?)`,
+          [id, orgId, finishedAt, finishedAt - 1000, finishedAt, finishedAt + 3000],
+        );
+      expect(await store.jobs.forget(orgId, deleted)).toBe(true);
+      const expiry = async (id: string) => (await store.jobs.byId(id))?.expires_at;
+
+      const longer = new Purger(store, runtime.files, { ...SETTINGS, jobsKeptMs: 3_600_000 }, silent);
+      expect((await longer.purge()).redated).toBeGreaterThanOrEqual(1);
+      expect(await expiry(kept)).toBe(finishedAt + 3_600_000);
+      // Not brought back: expired as of its end, it went with this pass.
+      expect(await store.jobs.byId(deleted)).toBeUndefined();
+      const poll = await kiln.call('GET', `/v1/jobs/${kept}`, { key: await kiln.key('retention') });
+      expect(poll.status).toBe(200);
+
+      // The same retention again dates nothing; a shorter one expires the job, and the pass purges it.
+      const again = new Purger(store, runtime.files, { ...SETTINGS, jobsKeptMs: 3_600_000 }, silent);
+      expect((await again.purge()).redated).toBe(0);
+      const shorter = new Purger(store, runtime.files, { ...SETTINGS, jobsKeptMs: 1000 }, silent);
+      const purged = await shorter.purge();
+      expect(purged.redated).toBeGreaterThanOrEqual(1);
+      expect(await store.jobs.byId(kept)).toBeUndefined();
+    });
   });
 }

@@ -71,7 +71,7 @@ for (const storeCase of storeCases) {
     it('keeps every row and reference, and still refuses a status outside the list', async () => {
       const before = await everything();
       expect(before.jobs).toHaveLength(4);
-      expect(await store.migrate()).toBe(1);
+      expect(await migrate(store.driver, 10)).toBe(1);
       expect(await everything()).toEqual(before);
 
       // The rebuilt tables are the ones referenced, and references are enforced again.

@@ -245,15 +245,17 @@ export class JobRepository {
 
   /**
    * Deletes what a terminal job holds (its request, result, error details and facts) and expires it
-   * now, as if its retention had passed: its polls answer 410 from then on. The row itself, which the
-   * usage ledger and the webhook outbox point at, stays. False when no such terminal job exists.
+   * as of its end, as if its retention had been nil: its polls answer 410 from then on, and no
+   * change of `jobs.retention` dates it again (the purge re-dates only jobs expiring after their
+   * end). The row itself, which the usage ledger and the webhook outbox point at, stays. False when
+   * no such terminal job exists.
    */
-  async forget(orgId: string, id: string, now: number): Promise<boolean> {
+  async forget(orgId: string, id: string): Promise<boolean> {
     const changed = await this.db.run(
       `UPDATE jobs SET request = '{}', result = NULL, error_message = NULL, error_details = NULL, meta = NULL,
-         expires_at = ?
+         expires_at = finished_at
        WHERE id = ? AND org_id = ? AND status IN ('completed', 'failed', 'cancelled', 'timeout')`,
-      [now, id, orgId],
+      [id, orgId],
     );
     return changed > 0;
   }

@@ -24,6 +24,31 @@ export class RetentionRepository {
     );
   }
 
+  /**
+   * Dates the expiry of the next `limit` terminal jobs by id after `after` to `retentionMs` after
+   * their end, where an earlier `jobs.retention` dated it otherwise. A deleted job, expired as of its
+   * end, is left so. Answers how many changed and the last id looked at (none: no more jobs).
+   */
+  async redate(
+    retentionMs: number,
+    after: string,
+    limit: number,
+  ): Promise<{ changed: number; last: string | undefined }> {
+    const ids = (
+      await this.db.all<{ id: string }>(
+        'SELECT id FROM jobs WHERE id > ? AND expires_at IS NOT NULL ORDER BY id LIMIT ?',
+        [after, limit],
+      )
+    ).map((row) => row.id);
+    if (ids.length === 0) return { changed: 0, last: undefined };
+    const changed = await this.db.run(
+      `UPDATE jobs SET expires_at = finished_at + ?
+       WHERE id IN (${list(ids.length)}) AND expires_at > finished_at AND expires_at <> finished_at + ?`,
+      [retentionMs, ...ids, retentionMs],
+    );
+    return { changed, last: ids[ids.length - 1] };
+  }
+
   /** Deletes the jobs and the rows that point at them (their usage-ledger rows stay). Answers how many jobs. */
   async deleteJobs(ids: string[]): Promise<number> {
     if (ids.length === 0) return 0;
