@@ -108,7 +108,9 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     done(null, payload);
   });
   // At the root, so that every response is counted: unauthenticated, unmatched and MCP ones too.
-  app.addHook('onResponse', httpMetrics());
+  const http = httpMetrics();
+  app.addHook('onRequest', http.onRequest);
+  app.addHook('onResponse', http.onResponse);
   // A server span per request (when tracing is on), active before authentication runs.
   traceRequests(app);
   // The landing page, /openapi.json and /docs; the document collects the routes registered after it.

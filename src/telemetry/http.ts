@@ -20,7 +20,7 @@ export function traceRequests(app: FastifyInstance): void {
   if (!tracingOn()) return;
   const spans = new WeakMap<FastifyRequest, RequestSpan>();
 
-  app.addHook('onRequest', function startRequestSpan(request, _reply, done) {
+  app.addHook('onRequest', function startRequestSpan(request, reply, done) {
     const route = request.routeOptions.url;
     if (route !== undefined && UNTRACED_ROUTES.has(route)) return done();
     const started = startSpan(route === undefined ? request.method : `${request.method} ${route}`, {
@@ -34,11 +34,15 @@ export function traceRequests(app: FastifyInstance): void {
     });
     if (!started) return done();
     spans.set(request, started);
+    // A client gone after sending its whole body: neither onResponse nor onRequestAbort runs.
+    reply.raw.once('close', () => {
+      if (!reply.raw.writableFinished) end(request, undefined);
+    });
     // Everything after this hook (body parsing included: Fastify keeps the async context) runs in it.
     withContext(started.context, done);
   });
 
-  const end = (request: FastifyRequest, status: number | undefined) => {
+  function end(request: FastifyRequest, status: number | undefined): void {
     const traced = spans.get(request);
     if (!traced) return;
     spans.delete(request);
@@ -48,7 +52,7 @@ export function traceRequests(app: FastifyInstance): void {
       if (status >= 500) failSpan(traced.span, String(status));
     } else traced.span.setAttribute('kiln.aborted', true);
     traced.span.end();
-  };
+  }
   app.addHook('onResponse', function endRequestSpan(request, reply, done) {
     end(request, reply.statusCode);
     done();
