@@ -101,6 +101,11 @@ export class EngineError extends Error {
     this.name = 'EngineError';
   }
 
+  /** What a trace records of it: `engine-` and its kind (`engine-timeout`, `engine-broken`). */
+  get code(): string {
+    return `engine-${this.kind}`;
+  }
+
   /** Worth trying another replica: the engine, not the request, was at fault, and nothing was sent yet. */
   get retryable(): boolean {
     return this.beforeOutput && this.kind !== 'rejected';

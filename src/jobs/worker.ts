@@ -206,8 +206,16 @@ export class Worker {
     return inSpan('job', { parent: contextOf(job.traceparent), attributes }, async (span) => {
       const outcome = await this.#runJob(job, controller, localRequest);
       if (!span) return;
-      span.setAttribute('kiln.job.status', outcome?.status ?? 'interrupted');
-      if (outcome?.error) failSpan(span, outcome.error.code);
+      if (outcome) {
+        span.setAttribute('kiln.job.status', outcome.status);
+        if (outcome.error) failSpan(span, outcome.error.code);
+      } else if (controller.signal.reason === ('cancelled' satisfies StopReason)) {
+        // Made terminal by the cancel itself: nothing of this run failed.
+        span.setAttributes({ 'kiln.job.status': 'cancelled', 'kiln.cancelled': true });
+      } else {
+        // Lease lost or shut down: the job runs again, here or elsewhere.
+        span.setAttribute('kiln.job.status', 'interrupted');
+      }
     });
   }
 

@@ -89,7 +89,7 @@ async function run(
     throw error instanceof RunnersDown ? new JobFailure('engine-unavailable', error.message) : error;
   });
   try {
-    return await inSpan('engine', { kind: SpanKind.CLIENT }, (span) => {
+    return await inSpan('engine', { kind: SpanKind.CLIENT, signal }, (span) => {
       span?.setAttributes({
         'kiln.runner': lease.runner.name,
         'kiln.model': job.request.model,

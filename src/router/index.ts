@@ -161,7 +161,7 @@ export class Router {
    * before any output: a `router` span, with an `engine` span per try.
    */
   chat(call: RouteCall): Promise<{ completion: ChatCompletion; route: Route }> {
-    return inSpan('router', {}, (span) => this.#route(call, span));
+    return inSpan('router', { signal: call.signal }, (span) => this.#route(call, span));
   }
 
   async #route(
@@ -200,25 +200,29 @@ export class Router {
       const { onChunk, onContent } = call;
       const timer = new EngineCallTimer(replica.engine, replica.index);
       try {
-        const completion = await inSpan('engine', { kind: SpanKind.CLIENT }, (engineSpan) => {
-          engineSpan?.setAttributes(engineAttributes(replica));
-          return replica.adapter.chat(replica, {
-            body: {
-              ...call.body,
-              model: this.fleet.upstreamModel(replica, call.model.model),
-              messages: call.messages,
-            },
-            signal: call.signal,
-            onFirstChunk: () => {
-              timer.firstChunk();
-              lease.prefillDone();
-            },
-            ...(onChunk ? { onChunk } : {}),
-            ...(onContent ? { onContent } : {}),
-            // Names the engine span as the parent of whatever the engine traces of its own.
-            headers: traceHeaders(),
-          });
-        });
+        const completion = await inSpan(
+          'engine',
+          { kind: SpanKind.CLIENT, signal: call.signal },
+          (engineSpan) => {
+            engineSpan?.setAttributes(engineAttributes(replica));
+            return replica.adapter.chat(replica, {
+              body: {
+                ...call.body,
+                model: this.fleet.upstreamModel(replica, call.model.model),
+                messages: call.messages,
+              },
+              signal: call.signal,
+              onFirstChunk: () => {
+                timer.firstChunk();
+                lease.prefillDone();
+              },
+              ...(onChunk ? { onChunk } : {}),
+              ...(onContent ? { onContent } : {}),
+              // Names the engine span as the parent of whatever the engine traces of its own.
+              headers: traceHeaders(),
+            });
+          },
+        );
         timer.completed(completion.usage?.completion_tokens);
         this.#learn(lease, request, completion);
         const reported = cachedTokensOf(completion);

@@ -6,6 +6,7 @@ export { traceRequests } from './http.js';
 export {
   contextOf,
   currentTraceparent,
+  errorType,
   failSpan,
   inSpan,
   SpanKind,

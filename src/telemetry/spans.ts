@@ -45,11 +45,17 @@ export interface SpanSettings {
    * `contextOf`). Undefined means the active context.
    */
   parent?: Context;
+  /**
+   * The signal that stops `work` from outside (the caller cancelled or went away, a run limit, a
+   * shutdown): a failure once it is aborted is recorded as `kiln.cancelled`, not as the span's error.
+   */
+  signal?: AbortSignal;
 }
 
 /**
  * Runs `work` inside a new span, active for everything it awaits; ends the span when `work`
- * settles, marked as an error if it throws. `work` gets undefined while tracing is off.
+ * settles, marked as an error if it throws (unless `settings.signal` stopped it). `work` gets
+ * undefined while tracing is off.
  */
 export async function inSpan<T>(
   name: string,
@@ -62,12 +68,22 @@ export async function inSpan<T>(
   try {
     return await context.with(started.context, () => work(span));
   } catch (error) {
-    // The error's class only: messages can quote the request (an engine's words about a prompt).
-    failSpan(span, error instanceof Error ? error.name : typeof error);
+    if (settings.signal?.aborted) span.setAttribute('kiln.cancelled', true);
+    else failSpan(span, errorType(error));
     throw error;
   } finally {
     span.end();
   }
+}
+
+/**
+ * What a span records of an error: its code (`engine-timeout`, `ECONNREFUSED`), else its class, never
+ * its message (messages can quote the request: an engine's words about a prompt).
+ */
+export function errorType(error: unknown): string {
+  if (!(error instanceof Error)) return 'unknown';
+  const { code } = error as { code?: unknown };
+  return typeof code === 'string' && code !== '' ? code : error.name;
 }
 
 /**

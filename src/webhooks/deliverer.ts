@@ -5,7 +5,7 @@ import { countWebhookDelivery } from '../metrics/webhooks.js';
 import { createOutboundAgent } from '../net/http.js';
 import type { OutboundPolicy } from '../net/policy.js';
 import type { Store, WebhookDelivery } from '../store/index.js';
-import { contextOf, failSpan, inSpan, SpanKind, traceHeaders } from '../telemetry/index.js';
+import { contextOf, errorType, failSpan, inSpan, SpanKind, traceHeaders } from '../telemetry/index.js';
 import { VERSION } from '../version.js';
 import { signWebhook } from './sign.js';
 
@@ -162,7 +162,7 @@ export class WebhookDeliverer {
         await response.body.dump();
       } catch (caught) {
         error = caught instanceof Error ? caught.message : String(caught);
-        if (span) failSpan(span, caught instanceof Error ? caught.name : typeof caught);
+        if (span) failSpan(span, errorType(caught));
       }
       if (span && httpStatus !== null) {
         span.setAttribute('http.response.status_code', httpStatus);

@@ -10,12 +10,15 @@ import { type ExportedSpan, type OtlpReceiver, startOtlpReceiver } from './recor
 /*
  * A client that goes away after sending its whole request, while the engine still generates: a
  * stream dropped after its first chunk, and a sync request given up on. Its trace must still be
- * whole (the HTTP server span exported, everything below it its child) and its request counted.
+ * whole (the HTTP server span exported, everything below it its child) and its request counted;
+ * and a cancel is no failure of any span, where an engine's refusal is one, recorded by its code.
  */
 
 const CHAT = '/v1/chat/completions';
 const DROPPED_499 = `kiln_http_requests_total{method="POST",route="${CHAT}",status="499"}`;
 const CANCELLED = 'kiln_jobs_finished_total{kind="chat",status="cancelled"}';
+/** OTLP's status code of a failed span. */
+const STATUS_ERROR = 2;
 
 let sims: LlmSim[] = [];
 let otlp: OtlpReceiver;
@@ -83,7 +86,15 @@ for (const storeCase of storeCases) {
           5000,
           'both jobs cancelled',
         );
+        // For comparison, a real failure: the engine refuses the request.
+        await (sims[0] as LlmSim).setFault({ kind: 'error', status: 400, message: 'no' });
+        const refused = await kiln.call('POST', CHAT, {
+          headers: { 'x-request-id': 'refused' },
+          body: { model: 'm', messages: [{ role: 'user', content: 'hi' }], max_tokens: 4 },
+        });
+        expect(refused.status).toBe(400);
       } finally {
+        await (sims[0] as LlmSim).setFault(undefined);
         // Stopping flushes the spans still batched.
         await kiln.close();
       }
@@ -108,5 +119,41 @@ for (const storeCase of storeCases) {
         expect(job).toHaveLength(1);
       });
     }
+
+    /** The job, router and engine spans under a request's server span, top down. */
+    function below(requestId: string): { job: ExportedSpan; router: ExportedSpan; engine: ExportedSpan } {
+      const childOf = (parent: ExportedSpan | undefined, name: string) => {
+        const found = spans.filter((s) => s.name === name && s.parentSpanId === parent?.spanId);
+        expect(found, `the ${name} span under ${requestId}`).toHaveLength(1);
+        return found[0] as ExportedSpan;
+      };
+      const server = spans.find((s) => s.attributes['kiln.request_id'] === requestId);
+      const job = childOf(server, 'job');
+      const router = childOf(job, 'router');
+      return { job, router, engine: childOf(router, 'engine') };
+    }
+
+    for (const requestId of ['dropped-stream', 'dropped-sync']) {
+      it(`${requestId}: the job span says cancelled, and no span below it is failed`, () => {
+        const { job, router, engine } = below(requestId);
+        expect(job.attributes).toMatchObject({ 'kiln.job.status': 'cancelled', 'kiln.cancelled': true });
+        for (const span of [job, router, engine]) {
+          expect(span.status.code, span.name).not.toBe(STATUS_ERROR);
+          expect(span.attributes['error.type'], span.name).toBeUndefined();
+        }
+        expect(router.attributes['kiln.cancelled']).toBe(true);
+        expect(engine.attributes['kiln.cancelled']).toBe(true);
+      });
+    }
+
+    it('an engine’s refusal fails the job, router and engine spans, each with its error code', () => {
+      const { job, router, engine } = below('refused');
+      expect(job.attributes).toMatchObject({ 'kiln.job.status': 'failed', 'error.type': 'engine-rejected' });
+      for (const span of [router, engine]) {
+        expect(span.status.code, span.name).toBe(STATUS_ERROR);
+        expect(span.attributes['error.type'], span.name).toBe('engine-rejected');
+        expect(span.attributes['kiln.cancelled'], span.name).toBeUndefined();
+      }
+    });
   });
 }
