@@ -122,6 +122,8 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     // Text one store would refuse or change (NUL, lone surrogates) is refused up front, on both.
     api.addHook('preValidation', refuseUnstorableText());
     healthRoutes(api, deps);
+    // Open, /metrics needs no key: a scraper then needs no key, nor the store to check one.
+    if (deps.config.metrics.open) metricsRoutes(api, deps);
     // Outside the authenticated scope: a signed URL works without a key (the route checks either).
     fileRoutes(api, { files: deps.runtime.files, store: deps.store });
     await api.register(async (authenticated) => {
@@ -137,7 +139,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
       adminApiRoutes(authenticated, deps);
       fleetRoutes(authenticated, deps);
       consoleApiRoutes(authenticated, deps);
-      metricsRoutes(authenticated, deps);
+      if (!deps.config.metrics.open) metricsRoutes(authenticated, deps);
       // Routes a caller adds (tests do) are not part of the public API, nor of its document.
       authenticated.register(async (extra) => {
         leaveUndocumented(extra);

@@ -200,6 +200,15 @@ export const ConfigSchema = Type.Object(
       },
       { default: {}, additionalProperties: false },
     ),
+    metrics: Type.Object(
+      {
+        open: Type.Boolean({
+          default: false,
+          description: 'serve GET /metrics without an API key',
+        }),
+      },
+      { default: {}, additionalProperties: false },
+    ),
     telemetry: Type.Object(
       {
         otlp_endpoint: Type.String({

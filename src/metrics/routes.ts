@@ -8,10 +8,10 @@ import { scrapeGauges } from './scrape.js';
 import { storeLatencyMetrics } from './store.js';
 
 /**
- * GET /metrics (any key): Prometheus text format. prom-client's registry (process, build), the
+ * GET /metrics (any key, or none with `metrics.open`): Prometheus text format. prom-client's registry (process, build), the
  * gauges read at scrape time (queue, runners), the request path's lean families (HTTP, jobs,
  * engines, webhooks), then those written by hand (store latency, routing, replicas, limits).
- * docs/metrics.md lists them all.
+ * A store that does not answer costs the queue gauges only. docs/metrics.md lists them all.
  */
 export function metricsRoutes(app: FastifyInstance, deps: AppDeps): void {
   collectProcessMetrics();
@@ -20,8 +20,8 @@ export function metricsRoutes(app: FastifyInstance, deps: AppDeps): void {
     kinds: () => deps.jobs.kinds.names(),
     runners: () => deps.runtime.runners.runners,
   });
-  app.get('/metrics', async (_request, reply) => {
-    await scraped.refresh();
+  app.get('/metrics', async (request, reply) => {
+    await scraped.refresh(request.log);
     const families = [
       await registry.metrics(),
       await scraped.registry.metrics(),
