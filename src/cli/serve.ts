@@ -99,10 +99,20 @@ export function serveCommands(program: Command): void {
       const logger = createLogger(config);
       if (config.jobs.workers === 0) throw new UsageError('jobs.workers is 0: this worker would run nothing');
       const runtime = await createRuntime(config, logger);
+      // Without it, what a worker does (its jobs, engine calls, webhooks) is counted nowhere. Bound
+      // before any job is claimed, so that a busy port stops the worker while it holds nothing.
+      const scrapes =
+        config.metrics.port === 0
+          ? undefined
+          : await (await import('../metrics/listener.js')).listenForScrapes(runtime, logger);
       await runtime.startBackground();
-      logger.info({ workers: config.jobs.workers, store: runtime.store.dialect }, 'kiln worker is running');
+      logger.info(
+        { workers: config.jobs.workers, store: runtime.store.dialect, metrics: scrapes?.url },
+        'kiln worker is running',
+      );
       onStop(logger, async () => {
         await runtime.drain(Date.now() + parseDuration(config.shutdown_grace));
+        await scrapes?.close();
         await runtime.close();
       });
     });

@@ -206,6 +206,12 @@ export const ConfigSchema = Type.Object(
           default: false,
           description: 'serve GET /metrics without an API key',
         }),
+        port: Type.Integer({
+          default: 0,
+          minimum: 0,
+          maximum: 65535,
+          description: 'kiln worker: port of its own GET /metrics listener, on host; 0 = none',
+        }),
       },
       { default: {}, additionalProperties: false },
     ),
