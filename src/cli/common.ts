@@ -50,8 +50,12 @@ function answerHint(error: KilnApiError): string | undefined {
   if (error.status === 401) {
     return `the gateway at ${origin} did not accept the key: check KILN_API_KEY (or the admin.key it falls back on)`;
   }
-  if (error.body.code === 'route-not-found' || error.body.code.startsWith('http-')) {
+  const code = typeof error.body.code === 'string' ? error.body.code : '';
+  if (code === 'route-not-found' || code.startsWith('http-')) {
     return `${error.url} is not a route of a Kiln gateway: check that KILN_BASE_URL is the gateway's address, without /v1`;
+  }
+  if (code === 'invalid-answer') {
+    return `something other than a Kiln gateway answered at ${origin} (a proxy's login page, another service?): check that KILN_BASE_URL is the gateway's address`;
   }
   return undefined;
 }

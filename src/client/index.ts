@@ -393,22 +393,22 @@ export class KilnClient {
     });
   }
 
-  /** Throws the KilnApiError a non-2xx answer (or a 2xx without the body expected) stands for. */
+  /**
+   * Throws the KilnApiError a non-2xx answer stands for: Kiln's envelope as it is, any other answer
+   * (an engine's OpenAI-style error, a proxy's page) as `http-<status>` with the message it gave.
+   */
   async #fail(response: Response, text: string): Promise<never> {
-    let data: unknown;
-    try {
-      data = text ? JSON.parse(text) : undefined;
-    } catch {
-      data = undefined;
-    }
-    const envelope = (data as { error?: ErrorBody } | undefined)?.error;
+    const data = parseJson(text);
+    const error = (data as { error?: unknown } | undefined)?.error;
     throw new KilnApiError(
       response.status,
-      envelope ?? {
-        type: 'http_error',
-        code: `http-${response.status}`,
-        message: text.slice(0, 200) || response.statusText,
-      },
+      isErrorBody(error)
+        ? error
+        : {
+            type: 'http_error',
+            code: `http-${response.status}`,
+            message: foreignMessage(data) ?? (text.slice(0, 200) || response.statusText),
+          },
       response.url ? shownUrl(response.url) : undefined,
     );
   }
@@ -421,15 +421,52 @@ export class KilnClient {
   ): Promise<{ status: number; data: T }> {
     const response = await this.#send(method, path, body, options);
     const text = await response.text();
-    let data: unknown;
-    try {
-      data = text ? JSON.parse(text) : undefined;
-    } catch {
-      data = undefined;
-    }
     if (!response.ok) await this.#fail(response, text);
+    const data = parseJson(text);
+    // Every JSON answer of the gateway is an object: anything else came from something else at
+    // that address (a proxy's login page, another service), and must not pass for a result.
+    if (data === null || typeof data !== 'object' || Array.isArray(data)) {
+      const url = shownUrl(response.url || `${this.#baseUrl}${path}`);
+      const type = response.headers.get('content-type')?.split(';')[0] ?? 'no content type';
+      const sample = text.replace(/\s+/g, ' ').trim().slice(0, 80);
+      const what = sample ? `${type} (${sample})` : 'an empty body';
+      throw new KilnApiError(
+        response.status,
+        {
+          type: 'server_error',
+          code: 'invalid-answer',
+          message: `${url} answered ${response.status} with ${what}, not a Kiln gateway's JSON`,
+        },
+        url,
+      );
+    }
     return { status: response.status, data: data as T };
   }
+}
+
+/** The JSON in `text`, or undefined when it is empty or not JSON. */
+function parseJson(text: string): unknown {
+  try {
+    return text ? JSON.parse(text) : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/** Kiln's error envelope (`error` of an error answer): at least a string code and message. */
+function isErrorBody(value: unknown): value is ErrorBody {
+  const body = value as Partial<Record<keyof ErrorBody, unknown>> | null | undefined;
+  return typeof body?.code === 'string' && typeof body.message === 'string';
+}
+
+/**
+ * The message of an error answer in another shape: an OpenAI-compatible engine's
+ * `{"error": {"message", "code": 404}}`, Fastify's `{"error": "Not Found", "message"}`.
+ */
+function foreignMessage(data: unknown): string | undefined {
+  const { error, message } = (data ?? {}) as { error?: unknown; message?: unknown };
+  const inner = (error as { message?: unknown } | null | undefined)?.message;
+  return [inner, message, error].find((m): m is string => typeof m === 'string' && m !== '');
 }
 
 export { verifyWebhook } from './webhooks.js';

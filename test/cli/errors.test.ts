@@ -1,4 +1,6 @@
 import { mkdtempSync, rmSync } from 'node:fs';
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
@@ -103,6 +105,106 @@ describe('CLI: the gateway answered an error', () => {
       "kiln: not-found (HTTP 404): no context 'no-such-context' in this organisation\n",
     );
   });
+});
+
+describe('CLI: something other than a Kiln gateway answered', () => {
+  let foreign: Server;
+  let base: string;
+
+  beforeAll(async () => {
+    // What else may sit at KILN_BASE_URL: an OpenAI-compatible engine, a Fastify app, a proxy's login page.
+    foreign = createServer((request, response) => {
+      const answer = (status: number, type: string, body: string) => {
+        response.writeHead(status, { 'content-type': type });
+        response.end(body);
+      };
+      const url = request.url ?? '';
+      if (url.startsWith('/engine/')) {
+        const error = { message: 'The model `nope` does not exist.', type: 'NotFoundError', code: 404 };
+        return answer(404, 'application/json', JSON.stringify({ error }));
+      }
+      if (url.startsWith('/engine-null/')) {
+        const error = { message: 'no such model', type: 'invalid_request_error', param: null, code: null };
+        return answer(404, 'application/json', JSON.stringify({ object: 'error', error }));
+      }
+      if (url.startsWith('/fastify/')) {
+        const message = `Route ${request.method}:${url} not found`;
+        return answer(
+          404,
+          'application/json',
+          JSON.stringify({ message, error: 'Not Found', statusCode: 404 }),
+        );
+      }
+      answer(200, 'text/html; charset=utf-8', '<html>\n<body>Sign in</body>\n</html>\n');
+    });
+    await new Promise<void>((resolve) => foreign.listen(0, '127.0.0.1', resolve));
+    base = `http://127.0.0.1:${(foreign.address() as AddressInfo).port}`;
+  });
+
+  afterAll(async () => {
+    await new Promise((resolve) => foreign?.close(resolve));
+  });
+
+  const notARoute = (url: string) =>
+    `  ${url} is not a route of a Kiln gateway: check that KILN_BASE_URL is the gateway's address, without /v1\n`;
+
+  it.each([
+    [
+      'an OpenAI-compatible engine',
+      '/engine',
+      ['chat', '--model', 'nope', 'hi'],
+      '/v1/chat/completions',
+      'The model `nope` does not exist.',
+    ],
+    [
+      'an engine whose code is null',
+      '/engine-null',
+      ['chat', '--model', 'nope', 'hi'],
+      '/v1/chat/completions',
+      'no such model',
+    ],
+    [
+      'Fastify',
+      '/fastify',
+      ['jobs', 'get', 'abc'],
+      '/v1/jobs/abc',
+      'Route GET:/fastify/v1/jobs/abc not found',
+    ],
+  ])(
+    'an error answer of %s: its message as http-<status>, no stack trace',
+    async (_, prefix, args, route, message) => {
+      const result = await run(args, {
+        env: { KILN_BASE_URL: `${base}${prefix}`, KILN_API_KEY: 'kiln_sk_any' },
+      });
+      expect(result.code).toBe(1);
+      expect(result.stdout).toBe('');
+      expect(result.stderr).toBe(
+        `kiln: http-404 (HTTP 404): ${message}\n${notARoute(`${base}${prefix}${route}`)}`,
+      );
+    },
+  );
+
+  it.each([
+    [['jobs', 'get', 'abc'], '/v1/jobs/abc'],
+    [['jobs', 'wait', 'abc'], '/v1/jobs/abc'],
+    [['chat', '--model', 'm', 'hi'], '/v1/chat/completions'],
+    [['chat', '--list'], '/v1/models'],
+    [['video', 'generate', '--prompt', 'waves'], '/v1/videos/generations'],
+    [['images', 'generate', '--prompt', 'a cup'], '/v1/images/generations'],
+  ])(
+    'a 200 that is not JSON (a login page) fails kiln %j, naming the URL and what to check',
+    async (args, route) => {
+      const result = await run(args, {
+        env: { KILN_BASE_URL: `${base}/proxy`, KILN_API_KEY: 'kiln_sk_any' },
+      });
+      expect(result.code).toBe(1);
+      expect(result.stdout).toBe('');
+      expect(result.stderr).toBe(
+        `kiln: invalid-answer (HTTP 200): ${base}/proxy${route} answered 200 with text/html (<html> <body>Sign in</body> </html>), not a Kiln gateway's JSON\n` +
+          `  something other than a Kiln gateway answered at ${base} (a proxy's login page, another service?): check that KILN_BASE_URL is the gateway's address\n`,
+      );
+    },
+  );
 });
 
 describe('kiln mcp: the gateway cannot be reached', () => {
