@@ -7,7 +7,7 @@ import {
   type Job,
   type KilnClient,
 } from '../client/index.js';
-import { clientFromEnv, table, UsageError } from './common.js';
+import { clientFromEnv, sayPollRetry, table, UsageError } from './common.js';
 
 interface ChatOptions {
   persona?: string;
@@ -181,7 +181,10 @@ export function chatCommands(program: Command): void {
           process.stderr.write(`wait for it: kiln jobs wait ${submitted.id}\n`);
           return;
         }
-        const job = await client.jobs.wait(submitted.id, { intervalMs: 250 });
+        const job = await client.jobs.wait(submitted.id, {
+          intervalMs: 250,
+          onRetry: sayPollRetry(submitted.id),
+        });
         if (json) printJson(job);
         if (job.status !== 'completed') return reportJobFailure(job);
         if (!json) printText(contentOf(job.result as ChatCompletion));

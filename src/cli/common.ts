@@ -1,7 +1,7 @@
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import type { Command } from 'commander';
-import { GatewayUnreachableError, KilnApiError, KilnClient } from '../client/index.js';
+import { GatewayUnreachableError, JobPollError, KilnApiError, KilnClient } from '../client/index.js';
 import { ConfigError, loadConfig } from '../config/load.js';
 import { KilnError } from '../errors.js';
 
@@ -60,10 +60,28 @@ function answerHint(error: KilnApiError): string | undefined {
   return undefined;
 }
 
+/**
+ * The `onRetry` of a wait: one line on stderr when polls of job `id` start failing (the gateway
+ * restarting), saying that the wait goes on. `before` clears what is on the line (a progress bar).
+ */
+export function sayPollRetry(id: string, before?: () => void) {
+  return (error: GatewayUnreachableError | KilnApiError, _delayMs: number, attempt: number): void => {
+    if (attempt !== 1) return;
+    before?.();
+    const why =
+      error instanceof GatewayUnreachableError ? error.reason : `${error.body.code} (HTTP ${error.status})`;
+    process.stderr.write(`kiln: polling ${id} failed: ${why}; trying again for up to a minute\n`);
+  };
+}
+
 /** Prints any failure the way a user wants to read it, and answers the exit code. */
 export function report(error: unknown): number {
   const out = (line: string) => process.stderr.write(`${line}\n`);
-  if (error instanceof ConfigError || error instanceof UsageError) {
+  if (error instanceof JobPollError) {
+    // Why the polls failed, then that the job goes on and how to pick it up again.
+    report(error.cause);
+    out(`kiln: ${error.message}`);
+  } else if (error instanceof ConfigError || error instanceof UsageError) {
     out(`kiln: ${error.message}`);
   } else if (error instanceof GatewayUnreachableError) {
     // Never reached: say where the CLI looked and what to check, not what a gateway said.

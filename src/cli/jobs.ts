@@ -1,6 +1,6 @@
 import type { Command } from 'commander';
 import type { Job, ListJobsQuery } from '../client/index.js';
-import { clientFromEnv, isoTime, table, UsageError } from './common.js';
+import { clientFromEnv, isoTime, sayPollRetry, table, UsageError } from './common.js';
 import { Progress } from './progress.js';
 
 const printJson = (value: unknown): void => {
@@ -51,6 +51,7 @@ export function jobsCommands(program: Command): void {
           intervalMs,
           ...(timeout === undefined ? {} : { timeoutMs: timeout * 1000 }),
           onProgress: (polled) => progress.update(polled),
+          onRetry: sayPollRetry(id, () => progress.end()),
         })
         .catch((error: unknown) => {
           progress.end();

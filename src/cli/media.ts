@@ -11,7 +11,7 @@ import type {
   VideoResult,
   VideoSubmission,
 } from '../client/index.js';
-import { clientFromEnv, UsageError } from './common.js';
+import { clientFromEnv, sayPollRetry, UsageError } from './common.js';
 import { formatBytes, Progress } from './progress.js';
 
 /** `kiln video transition|generate` and `kiln images generate` (DESIGN.md sections 7 and 8). */
@@ -143,7 +143,11 @@ async function waitWithProgress(client: KilnClient, id: string, intervalMs: numb
   };
   process.once('SIGINT', onInterrupt);
   try {
-    const job = await client.jobs.wait(id, { intervalMs, onProgress: (polled) => progress.update(polled) });
+    const job = await client.jobs.wait(id, {
+      intervalMs,
+      onProgress: (polled) => progress.update(polled),
+      onRetry: sayPollRetry(id, () => progress.end()),
+    });
     progress.finish(job);
     return job;
   } catch (error) {

@@ -24,7 +24,7 @@ import {
   type VideoGenerationRequest,
   type VideoSubmission,
 } from './media.js';
-import { explainFetchFailure, shownUrl } from './network.js';
+import { explainFetchFailure, GatewayUnreachableError, shownUrl } from './network.js';
 
 export type { ContextList, ContextRecord, ContextWithContent } from '../contexts/service.js';
 export type { ListJobsQuery } from '../jobs/schemas.js';
@@ -61,6 +61,8 @@ export class KilnApiError extends Error {
     readonly body: ErrorBody,
     /** The URL that answered (without its query), when the error is an HTTP answer. */
     readonly url?: string,
+    /** Seconds the answer asked the client to wait before trying again (Retry-After), when it said. */
+    readonly retryAfter?: number,
   ) {
     super(body.message);
     this.name = 'KilnApiError';
@@ -119,8 +121,16 @@ export interface WaitOptions {
   intervalMs?: number;
   /** Give up after this long with a JobWaitTimeoutError (default: never). */
   timeoutMs?: number;
+  /**
+   * How long polls may keep failing in a row (no answer, or 502/503/504, as while the gateway
+   * restarts) before the wait gives up with a JobPollError (default 60 000 ms, and never past
+   * timeoutMs). The job goes on meanwhile.
+   */
+  retryMs?: number;
   /** Called with each poll of the job while it is not yet terminal. */
   onProgress?: (job: Job) => void;
+  /** Called when a poll failed and is tried again after `delayMs`; `attempt` counts from 1 in each run of failures. */
+  onRetry?: (error: GatewayUnreachableError | KilnApiError, delayMs: number, attempt: number) => void;
   signal?: AbortSignal;
 }
 
@@ -135,6 +145,40 @@ export class JobWaitTimeoutError extends Error {
     );
     this.name = 'JobWaitTimeoutError';
   }
+}
+
+/** `jobs.wait` gave up after polls kept failing (the gateway unreachable or unavailable); the job goes on. */
+export class JobPollError extends Error {
+  constructor(
+    readonly id: string,
+    /** The last poll's failure. */
+    override readonly cause: Error,
+    failingMs: number,
+  ) {
+    super(
+      `stopped waiting for job ${id} after ${Math.round(failingMs / 1000)} s of failed polls; the job goes on (kiln jobs wait ${id})`,
+    );
+    this.name = 'JobPollError';
+  }
+}
+
+/** A poll that may succeed if sent again: no answer at all, or a gateway (or its proxy) that is restarting. */
+const isTransient = (error: unknown): error is GatewayUnreachableError | KilnApiError =>
+  error instanceof GatewayUnreachableError ||
+  (error instanceof KilnApiError && [502, 503, 504].includes(error.status));
+
+/** The delay before retrying a failed poll: what Retry-After asked, else 0.5 s doubling up to 5 s. */
+const retryDelay = (error: Error, attempt: number) =>
+  error instanceof KilnApiError && error.retryAfter !== undefined
+    ? error.retryAfter * 1000
+    : Math.min(5000, 500 * 2 ** attempt);
+
+/** Retry-After in seconds (a number of seconds or an HTTP date), or undefined when absent or unreadable. */
+function retryAfterOf(response: Response): number | undefined {
+  const value = response.headers.get('retry-after');
+  if (value === null) return undefined;
+  const seconds = /^\d+$/.test(value.trim()) ? Number(value) : (Date.parse(value) - Date.now()) / 1000;
+  return Number.isFinite(seconds) ? Math.max(0, seconds) : undefined;
 }
 
 /** A job id for a URL: a public id (`chatcmpl-…`), a bare UUID, or a polling_url (its last segment). */
@@ -245,13 +289,31 @@ export class KilnClient {
         const interval = options.intervalMs ?? 1000;
         const deadline =
           options.timeoutMs === undefined ? Number.POSITIVE_INFINITY : Date.now() + options.timeoutMs;
+        const pause = (ms: number) => sleep(ms, undefined, options.signal ? { signal: options.signal } : {});
+        // A poll only reads, so a failed one is safe to send again (a gateway restarting, a rolling upgrade).
+        let failingSince: number | undefined;
+        let retries = 0;
         for (;;) {
-          const job = await jobs.get(id);
+          let job: Job;
+          try {
+            job = await jobs.get(id);
+          } catch (error) {
+            if (!isTransient(error)) throw error;
+            failingSince ??= Date.now();
+            const giveUpAt = Math.min(failingSince + (options.retryMs ?? 60_000), deadline);
+            const delay = Math.min(retryDelay(error, retries++), giveUpAt - Date.now());
+            if (delay <= 0) throw new JobPollError(id, error, Date.now() - failingSince);
+            options.onRetry?.(error, delay, retries);
+            await pause(delay);
+            continue;
+          }
+          failingSince = undefined;
+          retries = 0;
           if (TERMINAL_STATUSES.includes(job.status)) return job;
           options.onProgress?.(job);
           const left = deadline - Date.now();
           if (left <= 0) throw new JobWaitTimeoutError(job, options.timeoutMs ?? 0);
-          await sleep(Math.min(interval, left), undefined, options.signal ? { signal: options.signal } : {});
+          await pause(Math.min(interval, left));
         }
       },
       cancel: async (id) => (await this.#call<Job>('POST', `${jobPath(id)}/cancel`)).data,
@@ -410,6 +472,7 @@ export class KilnClient {
             message: foreignMessage(data) ?? (text.slice(0, 200) || response.statusText),
           },
       response.url ? shownUrl(response.url) : undefined,
+      retryAfterOf(response),
     );
   }
 

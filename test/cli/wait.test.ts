@@ -1,0 +1,119 @@
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import { kiln } from '../helpers/cli.js';
+import { callGateway } from '../helpers/http.js';
+import { closedPort } from '../helpers/ports.js';
+import { processWorld, startServerProcess } from '../helpers/process.js';
+import { storeCases } from '../helpers/stores.js';
+
+/**
+ * Waiting for a job outlives a gateway that stops answering for a while (a restart, a rolling
+ * upgrade): polls only read, so `kiln jobs wait` sends them again, and when it gives up it says
+ * the job goes on and how to wait again.
+ */
+
+const sqlite = storeCases[0] as (typeof storeCases)[number];
+const retrying = (id: string) =>
+  new RegExp(`^kiln: polling ${id} failed: .+; trying again for up to a minute$`, 'm');
+
+describe('kiln jobs wait across a gateway restart', () => {
+  const world = processWorld(sqlite, 'kiln-cli-wait-');
+  afterAll(() => world.cleanup());
+
+  it('keeps polling while the gateway is down and prints the job once the restarted gateway finished it', async () => {
+    // The same port and data dir (SQLite store) before and after, as a restart in place has.
+    const env = world.env({ KILN_PORT: String(await closedPort()), KILN_SHUTDOWN_GRACE: '1s' });
+    const first = await startServerProcess(env);
+    const key = world.adminKey();
+    const submitted = await callGateway(first.url, key, 'POST', '/v1/test/sleep', { ms: 2000 });
+    expect(submitted.status, JSON.stringify(submitted.body)).toBe(202);
+    const id = submitted.body.id as string;
+
+    const waiting = kiln(['jobs', 'wait', id, '--interval', '200'], {
+      env: { KILN_BASE_URL: first.url, KILN_API_KEY: key },
+      timeoutMs: 45_000,
+    });
+    await sleep(800);
+    // SIGTERM: the drain gives the job 1 s, then puts it back in the queue and exits.
+    await first.kill('SIGTERM');
+    await sleep(1500);
+    const second = await startServerProcess(env);
+    expect(second.url).toBe(first.url);
+
+    const waited = await waiting;
+    expect(waited.code, waited.stderr).toBe(0);
+    expect(JSON.parse(waited.stdout)).toMatchObject({ id, status: 'completed' });
+    expect(waited.stderr).toMatch(retrying(id));
+  }, 60_000);
+});
+
+describe('kiln jobs wait against a gateway answering 503', () => {
+  let fake: Server | undefined;
+  afterEach(async () => {
+    await new Promise((resolve) => fake?.close(resolve));
+  });
+
+  /** A gateway that answers the first `unavailable` polls 503 with Retry-After: 1, then the completed job. */
+  async function flakyGateway(unavailable: number): Promise<{ url: string; polls: number[] }> {
+    const polls: number[] = [];
+    fake = createServer((_request, response) => {
+      polls.push(Date.now());
+      if (polls.length <= unavailable) {
+        response.writeHead(503, { 'content-type': 'application/json', 'retry-after': '1' });
+        const error = {
+          type: 'server_error',
+          code: 'shutting-down',
+          message: 'this gateway is shutting down',
+        };
+        return response.end(JSON.stringify({ error }));
+      }
+      response.writeHead(200, { 'content-type': 'application/json' });
+      const job = {
+        id: 'test-1',
+        object: 'job',
+        kind: 'test.sleep',
+        status: 'completed',
+        result: { ok: true },
+      };
+      response.end(JSON.stringify({ ...job, created: 1, started_at: 1, finished_at: 2 }));
+    });
+    await new Promise<void>((resolve) => fake?.listen(0, '127.0.0.1', resolve));
+    return { url: `http://127.0.0.1:${(fake.address() as AddressInfo).port}`, polls };
+  }
+
+  it('tries again after the Retry-After the gateway asked for, and prints the job', async () => {
+    const gateway = await flakyGateway(2);
+    const waited = await kiln(['jobs', 'wait', 'test-1', '--interval', '100'], {
+      env: { KILN_BASE_URL: gateway.url, KILN_API_KEY: 'kiln_sk_any' },
+    });
+    expect(waited.code, waited.stderr).toBe(0);
+    expect(JSON.parse(waited.stdout)).toMatchObject({ id: 'test-1', status: 'completed' });
+    expect(waited.stderr).toBe(
+      'kiln: polling test-1 failed: shutting-down (HTTP 503); trying again for up to a minute\n',
+    );
+    expect(gateway.polls).toHaveLength(3);
+    for (let i = 1; i < gateway.polls.length; i++) {
+      expect((gateway.polls[i] as number) - (gateway.polls[i - 1] as number)).toBeGreaterThanOrEqual(950);
+    }
+  });
+
+  it('gives up within --timeout, saying the job goes on and how to wait again', async () => {
+    const gateway = await flakyGateway(Number.POSITIVE_INFINITY);
+    const started = Date.now();
+    const waited = await kiln(['jobs', 'wait', 'test-1', '--timeout', '2'], {
+      env: { KILN_BASE_URL: gateway.url, KILN_API_KEY: 'kiln_sk_any' },
+    });
+    expect(Date.now() - started).toBeLessThan(8000);
+    expect(waited.code).toBe(1);
+    expect(waited.stdout).toBe('');
+    expect(waited.stderr).toMatch(
+      /^kiln: polling test-1 failed: shutting-down \(HTTP 503\); trying again for up to a minute\n/,
+    );
+    expect(waited.stderr).toMatch(
+      /\nkiln: shutting-down \(HTTP 503\): this gateway is shutting down\nkiln: stopped waiting for job test-1 after 2 s of failed polls; the job goes on \(kiln jobs wait test-1\)\n$/,
+    );
+    expect(gateway.polls.length).toBeGreaterThanOrEqual(2);
+  });
+});
