@@ -1,4 +1,4 @@
-import { mkdir, readFile, stat, writeFile } from 'node:fs/promises';
+import { mkdir, open, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import type { Command } from 'commander';
 import type {
@@ -24,6 +24,7 @@ interface CommonOptions {
   seed?: string;
   wait?: boolean;
   out?: string;
+  force?: boolean;
   json?: boolean;
   interval: string;
 }
@@ -103,13 +104,16 @@ const EXTENSIONS: Record<string, string> = {
   'image/webp': '.webp',
 };
 
-/** Where --out points: a directory (an existing one, or a path ending in /), or a file whose directory exists. */
-async function outTarget(out: string): Promise<{ dir: string } | { file: string }> {
-  const isDir = await stat(out).then(
-    (s) => s.isDirectory(),
-    () => false,
-  );
-  if (isDir) return { dir: out };
+type OutTarget = { dir: string } | { file: string };
+
+/**
+ * Where --out points: a directory (an existing one, or a path ending in /), or a file whose
+ * directory exists. The `count` files it will take (`file.png`, `file-2.png` …) must not exist
+ * unless --force: checked before the job is submitted, so that no work is paid for in vain.
+ */
+async function outTarget(out: string, count: number, force: boolean): Promise<OutTarget> {
+  const found = await stat(out).catch(() => undefined);
+  if (found?.isDirectory()) return { dir: out };
   if (/[/\\]$/.test(out)) {
     await mkdir(out, { recursive: true });
     return { dir: out };
@@ -120,7 +124,53 @@ async function outTarget(out: string): Promise<{ dir: string } | { file: string 
     () => false,
   );
   if (!parentIsDir) throw new UsageError(`--out ${out}: there is no directory ${parent} to write it in`);
+  for (let index = 0; index < count && !force; index++) {
+    const file = numbered(out, index);
+    if (await stat(file).catch(() => undefined)) {
+      throw new UsageError(`${file} exists already; add --force to replace it`);
+    }
+  }
   return { file: out };
+}
+
+/** Creates `file`, empty, unless something is there: the name is this run's, and no other run's. */
+async function claim(file: string): Promise<boolean> {
+  try {
+    await (await open(file, 'wx')).close();
+    return true;
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === 'EEXIST') return false;
+    throw error;
+  }
+}
+
+/** Where one result is saved; `claimed` when this run created the file, so a failed save removes it. */
+interface Destination {
+  file: string;
+  claimed: boolean;
+}
+
+/**
+ * The file for the index-th result: in a directory, the first of `name`, `name-2` … that nothing
+ * holds, claimed at once, so that runs in parallel (or in the same second) never write over each
+ * other; else the --out file (numbered), replaced only with --force.
+ */
+async function destination(
+  target: OutTarget,
+  name: string,
+  index: number,
+  force: boolean,
+): Promise<Destination> {
+  if ('dir' in target) {
+    for (let n = 0; ; n++) {
+      const file = numbered(path.join(target.dir, name), n);
+      if (await claim(file)) return { file, claimed: true };
+    }
+  }
+  const file = numbered(target.file, index);
+  if (force) return { file, claimed: false };
+  if (await claim(file)) return { file, claimed: true };
+  throw new UsageError(`${file} appeared while the job ran; add --force to replace it`);
 }
 
 /** The i-th (0-based) of several files: `file.png`, `file-2.png`, `file-3.png` … */
@@ -171,16 +221,17 @@ function reportFailure(job: Job): void {
 }
 
 /** Downloads a file URL with a byte count on a terminal; answers the path and size written. */
-async function download(client: KilnClient, url: string, file: string): Promise<string> {
-  const progress = new Progress(path.basename(file));
+async function download(client: KilnClient, url: string, to: Destination): Promise<string> {
+  const progress = new Progress(path.basename(to.file));
   try {
-    const saved = await client.files.download(url, file, {
+    const saved = await client.files.download(url, to.file, {
       onProgress: ({ received, total }) => progress.bytes('downloading', received, total),
     });
     progress.clear();
     return `saved ${saved.path} (${formatBytes(saved.bytes)})`;
   } catch (error) {
     progress.end();
+    if (to.claimed) await rm(to.file, { force: true });
     throw error;
   }
 }
@@ -192,7 +243,8 @@ async function runVideo(
   submit: (client: KilnClient) => Promise<VideoSubmission>,
 ): Promise<void> {
   const intervalMs = intervalOf(options.interval);
-  const target = options.out === undefined ? undefined : await outTarget(options.out);
+  const force = options.force === true;
+  const target = options.out === undefined ? undefined : await outTarget(options.out, 1, force);
   const wait = options.wait === true || target !== undefined;
   const json = options.json === true;
   // With --json, stdout holds the JSON alone; the words go to stderr.
@@ -229,7 +281,8 @@ async function runVideo(
   if (!target) return;
 
   const ext = EXTENSIONS[result.content_type] ?? '';
-  const file = 'dir' in target ? path.join(target.dir, `${job.id}${ext}`) : target.file;
+  const to = await destination(target, `${job.id}${ext}`, 0, force);
+  const file = to.file;
   if (
     'file' in target &&
     ext &&
@@ -238,7 +291,7 @@ async function runVideo(
   ) {
     stderr(`note: the video is ${result.content_type}; ${file} holds it as it is`);
   }
-  say(await download(client, result.url, file));
+  say(await download(client, result.url, to));
 }
 
 async function runImages(options: ImageOptions): Promise<void> {
@@ -249,7 +302,8 @@ async function runImages(options: ImageOptions): Promise<void> {
   const n = integer('--n', options.n, 1, 4);
   const seed = integer('--seed', options.seed, 0, 4294967295);
   const intervalMs = intervalOf(options.interval);
-  const target = options.out === undefined ? undefined : await outTarget(options.out);
+  const force = options.force === true;
+  const target = options.out === undefined ? undefined : await outTarget(options.out, n ?? 1, force);
   const json = options.json === true;
   const say = json ? stderr : stdout;
   const body: Omit<ImageRequest, 'mode'> = {
@@ -291,14 +345,13 @@ async function runImages(options: ImageOptions): Promise<void> {
     return;
   }
   for (const [index, image] of result.data.entries()) {
-    const base = 'dir' in target ? path.join(target.dir, `image-${result.created}.png`) : target.file;
-    const file = numbered(base, index);
+    const to = await destination(target, `image-${result.created}.png`, index, force);
     if ('url' in image) {
-      say(await download(client, image.url, file));
+      say(await download(client, image.url, to));
     } else {
       const bytes = Buffer.from(image.b64_json, 'base64');
-      await writeFile(file, bytes);
-      say(`saved ${file} (${formatBytes(bytes.length)})`);
+      await writeFile(to.file, bytes);
+      say(`saved ${to.file} (${formatBytes(bytes.length)})`);
     }
   }
 }
@@ -314,6 +367,7 @@ function videoOptions(command: Command): Command {
     .option('--seed <n>', 'a seed, 0–4294967295, for a repeatable render')
     .option('--wait', 'wait for the video, with a progress bar, and print where it is')
     .option('--out <file>', 'save the video to this file (or directory); implies --wait')
+    .option('--force', 'replace the --out file if it exists')
     .option('--json', 'print the submission (or, with --wait, the finished job) as JSON')
     .option('--interval <ms>', 'time between polls while waiting', '500');
 }
@@ -397,6 +451,7 @@ export function mediaCommands(program: Command): void {
     .option('--async', 'submit a job and print its id instead of waiting')
     .option('--wait', 'with --async: follow the job with a progress bar')
     .option('--out <file|dir>', 'save the images: file.png, file-2.png … (or into a directory)')
+    .option('--force', 'replace the --out files if they exist')
     .option('--json', 'print the API answer as JSON')
     .option('--interval <ms>', 'time between polls while waiting', '500')
     .action((options: ImageOptions) => runImages(options));
