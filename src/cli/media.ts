@@ -220,11 +220,23 @@ function reportFailure(job: Job): void {
   process.exitCode = 1;
 }
 
-/** Downloads a file URL with a byte count on a terminal; answers the path and size written. */
-async function download(client: KilnClient, url: string, to: Destination): Promise<string> {
+/**
+ * Downloads a file URL with a byte count on a terminal; answers the path and size written. Ctrl-C
+ * stops the download, leaves no partial file, says where the result still is and exits 130.
+ */
+async function download(
+  client: KilnClient,
+  url: string,
+  to: Destination,
+  stillThere: string,
+): Promise<string> {
   const progress = new Progress(path.basename(to.file));
+  const interrupt = new AbortController();
+  const onInterrupt = () => interrupt.abort();
+  process.once('SIGINT', onInterrupt);
   try {
     const saved = await client.files.download(url, to.file, {
+      signal: interrupt.signal,
       onProgress: ({ received, total }) => progress.bytes('downloading', received, total),
     });
     progress.clear();
@@ -232,7 +244,11 @@ async function download(client: KilnClient, url: string, to: Destination): Promi
   } catch (error) {
     progress.end();
     if (to.claimed) await rm(to.file, { force: true });
-    throw error;
+    if (!interrupt.signal.aborted) throw error;
+    stderr(`kiln: download stopped, ${to.file} not saved; ${stillThere}`);
+    process.exit(130);
+  } finally {
+    process.removeListener('SIGINT', onInterrupt);
   }
 }
 
@@ -291,7 +307,14 @@ async function runVideo(
   ) {
     stderr(`note: the video is ${result.content_type}; ${file} holds it as it is`);
   }
-  say(await download(client, result.url, to));
+  say(
+    await download(
+      client,
+      result.url,
+      to,
+      `the video is still there: kiln jobs get ${job.id} prints its URL`,
+    ),
+  );
 }
 
 async function runImages(options: ImageOptions): Promise<void> {
@@ -347,7 +370,7 @@ async function runImages(options: ImageOptions): Promise<void> {
   for (const [index, image] of result.data.entries()) {
     const to = await destination(target, `image-${result.created}.png`, index, force);
     if ('url' in image) {
-      say(await download(client, image.url, to));
+      say(await download(client, image.url, to, `the image is still there: ${image.url}`));
     } else {
       const bytes = Buffer.from(image.b64_json, 'base64');
       await writeFile(to.file, bytes);

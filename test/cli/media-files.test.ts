@@ -1,10 +1,20 @@
-import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { spawn } from 'node:child_process';
+import {
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type Kiln, kilnWith } from '../helpers/cli.js';
+import { KILN_BIN, type Kiln, kilnWith } from '../helpers/cli.js';
+import { waitUntil } from '../helpers/process.js';
 
 /**
  * What `kiln images generate --out` and `kiln video … --out` do with the files they write, against
@@ -140,5 +150,41 @@ describe('kiln images generate --out and kiln video --out never write over a fil
     expect(forced.code, forced.stderr).toBe(0);
     expect(forced.stdout).toContain('saved keep.webm (11 B)\n');
     expect(readFileSync(path.join(workDir, 'keep.webm'), 'utf8')).toBe('a new video');
+  });
+});
+
+describe('kiln video --out: Ctrl-C during the download', () => {
+  it('removes the partial file, says how to fetch the video later and exits 130', async () => {
+    const dir = path.join(workDir, 'dl');
+    mkdirSync(dir);
+    const child = spawn(
+      process.execPath,
+      [KILN_BIN, 'video', 'generate', '--prompt', 'slow', '--out', 'dl/clip.webm'],
+      {
+        cwd: workDir,
+        env: { PATH: process.env.PATH ?? '', KILN_BASE_URL: base, KILN_API_KEY: 'kiln_sk_any' },
+        stdio: ['ignore', 'pipe', 'pipe'],
+      },
+    );
+    let stderr = '';
+    child.stderr.on('data', (chunk: Buffer) => {
+      stderr += chunk;
+    });
+    const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
+      child.on('exit', (code, signal) => resolve({ code, signal })),
+    );
+    // Interrupt once the download is under way.
+    await waitUntil(() => readdirSync(dir).some((name) => name.endsWith('.part')), {
+      timeoutMs: 8000,
+      describe: () => `a partial download in ${dir}; stderr: ${stderr}`,
+    });
+    child.kill('SIGINT');
+    expect(await exited).toEqual({ code: 130, signal: null });
+    expect(readdirSync(dir)).toEqual([]);
+    expect(stderr).toBe(
+      'progress 100%\n' +
+        `kiln: download stopped, dl/clip.webm not saved; the video is still there: kiln jobs get ${VIDEO_ID} prints its URL\n`,
+    );
+    expect(existsSync(path.join(dir, 'clip.webm'))).toBe(false);
   });
 });
