@@ -38,7 +38,7 @@ export function modelRoutes(app: FastifyInstance, deps: AppDeps): void {
   });
 }
 
-/** POST /admin/reload: re-read kiln.yaml's engines, personas and routing (admin keys only). */
+/** POST /admin/reload: re-read kiln.yaml's engines, personas, routing, limits and runners (admin keys only). */
 export function adminRoutes(app: FastifyInstance, deps: AppDeps): void {
   app.post('/admin/reload', async (request) => {
     if (request.auth.role !== 'admin')
@@ -59,12 +59,16 @@ export function adminRoutes(app: FastifyInstance, deps: AppDeps): void {
         },
       );
     }
+    // The ids GET /v1/models now lists: personas and chat models, then image and video models.
     return {
       reloaded: true,
-      models: deps.runtime
-        .router()
-        .models()
-        .map((m) => m.id),
+      models: [
+        ...deps.runtime
+          .router()
+          .models()
+          .map((m) => m.id),
+        ...[...deps.runtime.templates.values()].map((t) => t.model),
+      ],
     };
   });
 }

@@ -287,6 +287,7 @@ const OPERATIONS: Record<string, Operation> = {
   },
   'GET /metrics': {
     summary: 'Prometheus metrics: jobs, engines, runners, webhooks, HTTP, store, routing, limits, process',
+    description: 'Any live key; none at all where the gateway is configured with `metrics.open`.',
     responses: { 200: R.Metrics, default: R.ErrorEnvelope },
   },
   'GET /admin/v1/orgs': {
