@@ -1,13 +1,11 @@
-import { type ChildProcess, spawn } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
-import { tmpdir } from 'node:os';
 import path from 'node:path';
-import type { Browser, BrowserContext, Page } from 'playwright-core';
+import type { Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ARTIFACTS, launchChromium, probeBrowser } from '../helpers/browser.js';
-import { KILN_BIN } from '../helpers/cli.js';
+import { ARTIFACTS, probeBrowser } from '../helpers/browser.js';
 import { REPO_ROOT } from '../helpers/process.js';
+import { type ConsoleRig, startConsole } from './harness.js';
 
 const browserCheck = probeBrowser();
 const AXE = readFileSync(createRequire(import.meta.url).resolve('axe-core/axe.min.js'), 'utf8');
@@ -19,40 +17,12 @@ const EXAMPLES = path.join(REPO_ROOT, 'examples');
  * admin views only for admin keys; no JavaScript error and no serious accessibility violation.
  */
 describe.skipIf(!browserCheck.available)('the console in Chromium', () => {
-  const dir = mkdtempSync(path.join(tmpdir(), 'kiln-console-'));
-  let dev: ChildProcess;
+  let rig: ConsoleRig;
   let base: string;
   let adminKey: string;
   let memberKey: string;
-  let browser: Browser;
-  /** Every JavaScript error any page raised or logged, with the view it was on. */
-  const errors: string[] = [];
-
-  const call = async (method: string, route: string, key: string, body?: unknown) => {
-    const response = await fetch(`${base}${route}`, {
-      method,
-      headers: { authorization: `Bearer ${key}`, ...(body ? { 'content-type': 'application/json' } : {}) },
-      ...(body ? { body: JSON.stringify(body) } : {}),
-    });
-    const json: any = await response.json().catch(() => undefined);
-    return { status: response.status, body: json };
-  };
-
-  /** A fresh tab (its own session storage) signed in with `key`. */
-  const signedIn = async (key: string): Promise<{ context: BrowserContext; page: Page }> => {
-    // axe-core is injected as an inline script, which the console's CSP rightly refuses.
-    const context = await browser.newContext({ bypassCSP: true, viewport: { width: 1280, height: 900 } });
-    const page = await context.newPage();
-    page.on('pageerror', (error) => errors.push(`${page.url()}: ${error.message}`));
-    page.on('console', (message) => {
-      if (message.type() === 'error') errors.push(`${page.url()}: ${message.text()}`);
-    });
-    await page.goto(`${base}/console`);
-    await page.getByLabel('API key').fill(key);
-    await page.getByRole('button', { name: 'Sign in' }).click();
-    await page.getByRole('navigation', { name: 'Console' }).waitFor();
-    return { context, page };
-  };
+  const call: ConsoleRig['call'] = (...args) => rig.call(...args);
+  const signedIn: ConsoleRig['signedIn'] = (key) => rig.signedIn(key);
 
   /** axe-core's serious and critical violations on the page as it stands. */
   const accessibility = async (page: Page): Promise<string[]> => {
@@ -73,21 +43,8 @@ describe.skipIf(!browserCheck.available)('the console in Chromium', () => {
   };
 
   beforeAll(async () => {
-    dev = spawn(process.execPath, [KILN_BIN, 'dev'], {
-      cwd: dir,
-      env: { PATH: process.env.PATH ?? '', KILN_PORT: '0' },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    base = await new Promise<string>((resolve, reject) => {
-      let seen = '';
-      dev.once('exit', (code) => reject(new Error(`kiln dev exited with ${code}: ${seen}`)));
-      dev.stdout?.setEncoding('utf8').on('data', (chunk: string) => {
-        seen += chunk;
-        const match = /Kiln dev is running at (\S+)\/v1/.exec(seen);
-        if (match) resolve(match[1] as string);
-      });
-    });
-    adminKey = readFileSync(path.join(dir, 'data', 'admin.key'), 'utf8').trim();
+    rig = await startConsole();
+    ({ base, adminKey } = rig);
     const session = await call('GET', '/api/v1/session', adminKey);
     const member = await call('POST', '/admin/v1/keys', adminKey, {
       org: session.body.org.name,
@@ -95,15 +52,9 @@ describe.skipIf(!browserCheck.available)('the console in Chromium', () => {
     });
     expect(member.status).toBe(201);
     memberKey = member.body.key;
-    browser = await launchChromium();
   }, 60_000);
 
-  afterAll(async () => {
-    await browser?.close();
-    dev?.kill('SIGTERM');
-    await new Promise((resolve) => dev?.once('exit', resolve));
-    rmSync(dir, { recursive: true, force: true });
-  });
+  afterAll(() => rig?.close());
 
   it('signs in with a key; a chat job submitted over HTTP appears and turns completed without a reload', async () => {
     const { context, page } = await signedIn(adminKey);
@@ -230,6 +181,6 @@ describe.skipIf(!browserCheck.available)('the console in Chromium', () => {
   });
 
   it('no page raised or logged a JavaScript error', () => {
-    expect(errors).toEqual([]);
+    expect(rig.errors).toEqual([]);
   });
 });
