@@ -21,6 +21,7 @@ describe.skipIf(!browserCheck.available)('the console in Chromium', () => {
   let base: string;
   let adminKey: string;
   let memberKey: string;
+  let orgName: string;
   const call: ConsoleRig['call'] = (...args) => rig.call(...args);
   const signedIn: ConsoleRig['signedIn'] = (key) => rig.signedIn(key);
 
@@ -46,8 +47,9 @@ describe.skipIf(!browserCheck.available)('the console in Chromium', () => {
     rig = await startConsole();
     ({ base, adminKey } = rig);
     const session = await call('GET', '/api/v1/session', adminKey);
+    orgName = session.body.org.name;
     const member = await call('POST', '/admin/v1/keys', adminKey, {
-      org: session.body.org.name,
+      org: orgName,
       name: 'member',
     });
     expect(member.status).toBe(201);
@@ -157,6 +159,7 @@ describe.skipIf(!browserCheck.available)('the console in Chromium', () => {
     await inspect(page, 'fleet');
 
     await page.getByRole('link', { name: 'Keys' }).click();
+    await page.getByLabel('Organisation', { exact: true }).selectOption(orgName);
     await page.getByLabel('Name (optional)').fill('made-in-console');
     await page.getByRole('button', { name: 'Create key' }).click();
     const made = (await page.getByTestId('new-key').textContent()) ?? '';

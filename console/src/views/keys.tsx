@@ -49,9 +49,8 @@ export function KeysView() {
   const createKey = (event: Event) => {
     event.preventDefault();
     return attempt(async () => {
-      const org = keyOrg || orgs.value?.data[0]?.name;
       const made = await api<{ key: string }>('POST', '/admin/v1/keys', {
-        org,
+        org: keyOrg,
         tier,
         role,
         ...(keyName ? { name: keyName } : {}),
@@ -81,7 +80,11 @@ export function KeysView() {
         <form class="card" onSubmit={createKey} aria-labelledby="new-key-title">
           <h2 id="new-key-title">New key</h2>
           <label for="key-org">Organisation</label>
-          <select id="key-org" value={keyOrg} onChange={(e) => setKeyOrg(e.currentTarget.value)}>
+          {/* No default: a key, maybe an admin key, goes to the organisation the admin chose. */}
+          <select id="key-org" required value={keyOrg} onChange={(e) => setKeyOrg(e.currentTarget.value)}>
+            <option value="" disabled>
+              Choose an organisation
+            </option>
             {orgs.value?.data.map((o) => (
               <option key={o.id}>{o.name}</option>
             ))}
