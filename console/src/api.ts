@@ -17,6 +17,29 @@ export class ApiError extends Error {
   }
 }
 
+let keyRejected = (): void => {};
+/**
+ * Called when the API answers 401 to the stored key (revoked, or unknown): the key is forgotten
+ * first, so the page can only go back to signing in.
+ */
+export const onKeyRejected = (listener: () => void): void => {
+  keyRejected = listener;
+};
+
+/** The ApiError for a failed answer; a 401 to the stored key also signs the tab out. */
+function failure(
+  status: number,
+  envelope: { error?: { code?: string; message?: string } } | undefined,
+  key: string | null,
+) {
+  if (status === 401 && key && key === storedKey()) {
+    storeKey(null);
+    keyRejected();
+  }
+  const error = envelope?.error ?? {};
+  return new ApiError(status, error.code ?? 'error', error.message ?? `HTTP ${status}`);
+}
+
 /** A JSON call; a non-2xx answer throws ApiError with the envelope's code and message. */
 export async function api<T = unknown>(
   method: string,
@@ -34,10 +57,7 @@ export async function api<T = unknown>(
   });
   const text = await response.text();
   const parsed = text ? JSON.parse(text) : undefined;
-  if (!response.ok) {
-    const error = parsed?.error ?? {};
-    throw new ApiError(response.status, error.code ?? 'error', error.message ?? `HTTP ${response.status}`);
-  }
+  if (!response.ok) throw failure(response.status, parsed, key);
   return parsed as T;
 }
 
@@ -47,16 +67,15 @@ export async function streamChat(
   onText: (text: string) => void,
   signal?: AbortSignal,
 ): Promise<void> {
+  const key = storedKey();
   const response = await fetch('/v1/chat/completions', {
     method: 'POST',
-    headers: { authorization: `Bearer ${storedKey()}`, 'content-type': 'application/json' },
+    headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
     body: JSON.stringify({ ...body, stream: true }),
     ...(signal ? { signal } : {}),
   });
-  if (!response.ok || !response.body) {
-    const error = (await response.json().catch(() => ({})))?.error ?? {};
-    throw new ApiError(response.status, error.code ?? 'error', error.message ?? `HTTP ${response.status}`);
-  }
+  if (!response.ok || !response.body)
+    throw failure(response.status, await response.json().catch(() => undefined), key);
   const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
   let buffered = '';
   for (;;) {

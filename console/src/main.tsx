@@ -1,6 +1,6 @@
 import { render } from 'preact';
 import { useEffect, useState } from 'preact/hooks';
-import { api, type Session, storedKey, storeKey } from './api.js';
+import { api, onKeyRejected, type Session, storedKey, storeKey } from './api.js';
 import { useRoute } from './hooks.js';
 import { ContextsView } from './views/contexts.js';
 import { FleetView } from './views/fleet.js';
@@ -23,7 +23,20 @@ const VIEWS = [
 function App() {
   const [session, setSession] = useState<Session | null>(null);
   const [checking, setChecking] = useState(Boolean(storedKey()));
+  const [signedOutBecause, setSignedOutBecause] = useState<string>();
   const route = useRoute();
+
+  // A key revoked while the page is open: every view would fail from then on, so sign out.
+  useEffect(
+    () =>
+      onKeyRejected(() => {
+        setSession(null);
+        setSignedOutBecause(
+          'Your key is no longer valid: it was revoked, or is unknown. Sign in with another key.',
+        );
+      }),
+    [],
+  );
 
   // A key kept from earlier in this tab: check it is still good before showing anything.
   useEffect(() => {
@@ -35,7 +48,16 @@ function App() {
   }, []);
 
   if (checking) return <p class="loading">Checking your key…</p>;
-  if (!session) return <SignIn onSignedIn={setSession} />;
+  if (!session)
+    return (
+      <SignIn
+        notice={signedOutBecause}
+        onSignedIn={(signedIn) => {
+          setSignedOutBecause(undefined);
+          setSession(signedIn);
+        }}
+      />
+    );
 
   const admin = session.key.role === 'admin';
   const [view = 'jobs', id] = route;

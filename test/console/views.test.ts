@@ -1,8 +1,15 @@
+import type { Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { probeBrowser } from '../helpers/browser.js';
 import { type ConsoleRig, startConsole } from './harness.js';
 
 const browserCheck = probeBrowser();
+/** What a restarting gateway, or a proxy in front of it, answers for a moment. */
+const UNAVAILABLE = {
+  status: 503,
+  contentType: 'application/json',
+  body: JSON.stringify({ error: { code: 'unavailable', message: 'temporarily unavailable' } }),
+};
 
 /**
  * The console where the happy path ends: a revoked key, an API that fails for a moment, more
@@ -12,6 +19,23 @@ const browserCheck = probeBrowser();
 describe.skipIf(!browserCheck.available)('the console when things go wrong or run long', () => {
   let rig: ConsoleRig;
   let orgName: string;
+
+  /** A member key of the admin's organisation, made over HTTP. */
+  const memberKey = async (name: string): Promise<{ id: string; key: string }> => {
+    const made = await rig.call('POST', '/admin/v1/keys', rig.adminKey, { org: orgName, name });
+    expect(made.status).toBe(201);
+    return made.body;
+  };
+
+  /** Answers the page's requests matching `test` with a 503, `times` times. */
+  const failing = async (page: Page, test: (url: URL) => boolean, times: number) => {
+    let left = times;
+    await page.route(test, async (route) => {
+      if (left <= 0 || route.request().method() !== 'GET') return route.continue();
+      left -= 1;
+      await route.fulfill(UNAVAILABLE);
+    });
+  };
 
   beforeAll(async () => {
     rig = await startConsole();
@@ -41,6 +65,30 @@ describe.skipIf(!browserCheck.available)('the console when things go wrong or ru
     await page.getByRole('button', { name: 'Create key' }).click();
     const made = (await page.getByTestId('new-key').textContent()) ?? '';
     expect((await rig.call('GET', '/api/v1/session', made)).body.org.name).toBe(orgName);
+    await context.close();
+  });
+
+  it('signs out with a message when its key is revoked, and says when the models cannot be read', async () => {
+    const member = await memberKey('to-revoke');
+    const { context, page } = await rig.signedIn(member.key);
+    await page.getByRole('heading', { name: 'Jobs' }).waitFor();
+    expect((await rig.call('DELETE', `/admin/v1/keys/${member.id}`, rig.adminKey)).status).toBe(200);
+    // The jobs list polls every second: its next call is refused, and the page signs out.
+    await page
+      .getByRole('alert')
+      .filter({ hasText: 'Your key is no longer valid' })
+      .waitFor({ timeout: 5000 });
+    expect(await page.getByLabel('API key').isVisible()).toBe(true);
+    expect(await page.getByRole('navigation', { name: 'Console' }).count()).toBe(0);
+    // The key is forgotten: a reload asks for a key, rather than trying the old one again.
+    await page.reload();
+    await page.getByLabel('API key').waitFor();
+
+    const other = await rig.signedIn(rig.adminKey);
+    await failing(other.page, (url) => url.pathname === '/v1/models', 1);
+    await other.page.goto(`${rig.base}/console#/playground`);
+    await other.page.getByRole('alert').filter({ hasText: 'Could not load the models' }).waitFor();
+    await other.context.close();
     await context.close();
   });
 

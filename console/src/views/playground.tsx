@@ -14,12 +14,16 @@ const VIDEO_SIZES = ['832x480', '1280x720', '512x512', '480x832', '720x1280'];
 /** Try the gateway from the page: a streamed chat, and a transition between two images. */
 export function PlaygroundView() {
   const [models, setModels] = useState<Model[]>([]);
+  const [error, setError] = useState<string>();
   useEffect(() => {
-    api<{ data: Model[] }>('GET', '/v1/models').then((list) => setModels(list.data));
+    api<{ data: Model[] }>('GET', '/v1/models')
+      .then((list) => setModels(list.data))
+      .catch((caught: Error) => setError(`Could not load the models: ${caught.message}`));
   }, []);
   return (
     <section aria-labelledby="playground-title">
       <h1 id="playground-title">Playground</h1>
+      {error && <p role="alert">{error}</p>}
       <div class="columns">
         <Chat models={models.filter((m) => !m.kind || m.kind === 'chat' || m.kind === 'persona')} />
         <Transition models={models.filter((m) => m.kind === 'video')} />

@@ -2,7 +2,7 @@ import { useState } from 'preact/hooks';
 import { ApiError, api, type Session, storeKey } from '../api.js';
 
 /** Sign in with an API key; it is kept for this tab only. */
-export function SignIn({ onSignedIn }: { onSignedIn: (session: Session) => void }) {
+export function SignIn({ onSignedIn, notice }: { onSignedIn: (session: Session) => void; notice?: string }) {
   const [key, setKey] = useState('');
   const [error, setError] = useState<string>();
   const [busy, setBusy] = useState(false);
@@ -28,6 +28,7 @@ export function SignIn({ onSignedIn }: { onSignedIn: (session: Session) => void 
   return (
     <main class="signin">
       <h1>Kiln console</h1>
+      {notice && <p role="alert">{notice}</p>}
       <p>Sign in with a Kiln API key. It is kept in this tab only, and forgotten when the tab closes.</p>
       <form onSubmit={submit}>
         <label for="key">API key</label>
