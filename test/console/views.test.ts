@@ -1,9 +1,12 @@
+import path from 'node:path';
 import type { Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { probeBrowser } from '../helpers/browser.js';
+import { REPO_ROOT } from '../helpers/process.js';
 import { type ConsoleRig, startConsole } from './harness.js';
 
 const browserCheck = probeBrowser();
+const EXAMPLES = path.join(REPO_ROOT, 'examples');
 /** What a restarting gateway, or a proxy in front of it, answers for a moment. */
 const UNAVAILABLE = {
   status: 503,
@@ -91,6 +94,30 @@ describe.skipIf(!browserCheck.available)('the console when things go wrong or ru
     await other.context.close();
     await context.close();
   });
+
+  it('follows a transition through a failed poll until its video plays', async () => {
+    const { context, page } = await rig.signedIn(rig.adminKey);
+    await page.goto(`${rig.base}/console#/playground`);
+    // The first poll of the job, right after it is submitted, passes; the next two answer 503.
+    let polls = 0;
+    await page.route(
+      (url) => url.pathname.startsWith('/v1/jobs/'),
+      async (route) => {
+        polls += 1;
+        return polls === 2 || polls === 3 ? route.fulfill(UNAVAILABLE) : route.continue();
+      },
+    );
+    await page.getByLabel('Start image').setInputFiles(path.join(EXAMPLES, 'start.png'));
+    await page.getByLabel('Duration (seconds)').fill('1');
+    await page.getByRole('button', { name: 'Make the video' }).click();
+    await page.getByRole('alert').filter({ hasText: 'temporarily unavailable' }).waitFor({ timeout: 10_000 });
+    await page.getByTestId('transition-status').filter({ hasText: 'completed' }).waitFor({ timeout: 60_000 });
+    await page.waitForFunction("document.querySelector('video')?.readyState >= 2", undefined, {
+      timeout: 20_000,
+    });
+    expect(await page.getByRole('alert').count()).toBe(0);
+    await context.close();
+  }, 90_000);
 
   it('no page raised a JavaScript error', () => {
     // The requests these tests refuse on purpose are logged by Chromium as failed loads.

@@ -1,5 +1,5 @@
 import { useEffect, useRef, useState } from 'preact/hooks';
-import { api, dataUri, streamChat, TERMINAL } from '../api.js';
+import { ApiError, api, dataUri, streamChat, TERMINAL } from '../api.js';
 import type { Job } from './jobs.js';
 import { JobResult } from './result.js';
 
@@ -102,18 +102,36 @@ function Transition({ models }: { models: Model[] }) {
   const [error, setError] = useState<string>();
   const chosen = model || models[0]?.id || '';
 
-  // Follow the job until it ends.
+  // Follow the job until it ends, through passing failures (a restart, a proxy's 503): only a job
+  // that is gone, or a key no longer valid, stops it.
+  const following = job && !TERMINAL.has(job.status) ? job.id : undefined;
   useEffect(() => {
-    if (!job || TERMINAL.has(job.status)) return;
-    const timer = setTimeout(async () => {
+    if (!following) return;
+    let stopped = false;
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const poll = async () => {
       try {
-        setJob(await api<Job>('GET', `/v1/jobs/${encodeURIComponent(job.id)}`));
+        const next = await api<Job>('GET', `/v1/jobs/${encodeURIComponent(following)}`);
+        if (stopped) return;
+        setJob(next);
+        setError(undefined);
+        if (TERMINAL.has(next.status)) return;
       } catch (caught) {
-        setError((caught as Error).message);
+        if (stopped) return;
+        if (caught instanceof ApiError && [401, 404, 410].includes(caught.status)) {
+          setJob(undefined);
+          return setError(`Stopped following ${following}: ${caught.message}`);
+        }
+        setError(`Could not check ${following}, trying again: ${(caught as Error).message}`);
       }
-    }, 500);
-    return () => clearTimeout(timer);
-  }, [job]);
+      timer = setTimeout(poll, 500);
+    };
+    timer = setTimeout(poll, 500);
+    return () => {
+      stopped = true;
+      clearTimeout(timer);
+    };
+  }, [following]);
 
   const submit = async (event: Event) => {
     event.preventDefault();
