@@ -15,6 +15,8 @@ export function useRoute(): string[] {
 /**
  * `load()` now and every `everyMs` while the view is shown (and `until` is false), so lists and
  * jobs move on the page without a reload. Returns the latest value, the latest error and a refresh.
+ * Both belong to the current `deps`: when they change (another job, another filter), what was read
+ * for the old ones is not returned, even for the moment before the first new answer.
  */
 export function usePoll<T>(
   load: () => Promise<T>,
@@ -22,8 +24,8 @@ export function usePoll<T>(
   everyMs: number,
   until?: (value: T) => boolean,
 ): { value: T | undefined; error: Error | undefined; refresh: () => void } {
-  const [value, setValue] = useState<T>();
-  const [error, setError] = useState<Error>();
+  const of = JSON.stringify(deps);
+  const [read, setRead] = useState<{ of: string; value?: T; error?: Error }>({ of });
   const [tick, setTick] = useState(0);
   useEffect(() => {
     let stopped = false;
@@ -32,12 +34,12 @@ export function usePoll<T>(
       try {
         const next = await load();
         if (stopped) return;
-        setValue(next);
-        setError(undefined);
+        setRead({ of, value: next });
         if (until?.(next)) return;
       } catch (caught) {
         if (stopped) return;
-        setError(caught as Error);
+        // The last value stays, beside the error, until the next answer.
+        setRead((last) => ({ of, value: last.of === of ? last.value : undefined, error: caught as Error }));
       }
       timer = setTimeout(run, everyMs);
     };
@@ -46,6 +48,11 @@ export function usePoll<T>(
       stopped = true;
       clearTimeout(timer);
     };
-  }, [...deps, tick]);
-  return { value, error, refresh: () => setTick((t) => t + 1) };
+  }, [of, tick]);
+  const current = read.of === of;
+  return {
+    value: current ? read.value : undefined,
+    error: current ? read.error : undefined,
+    refresh: () => setTick((t) => t + 1),
+  };
 }

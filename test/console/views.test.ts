@@ -30,6 +30,25 @@ describe.skipIf(!browserCheck.available)('the console when things go wrong or ru
     return made.body;
   };
 
+  /** A short chat job, submitted async over HTTP; its id. */
+  const chatJob = async (content: string, maxTokens = 5): Promise<string> => {
+    const submitted = await rig.call('POST', '/v1/chat/completions', rig.adminKey, {
+      model: 'assistant',
+      mode: 'async',
+      max_tokens: maxTokens,
+      messages: [{ role: 'user', content }],
+    });
+    expect(submitted.status).toBe(202);
+    return submitted.body.id;
+  };
+
+  const settled = async (id: string) =>
+    expect
+      .poll(async () => (await rig.call('GET', `/v1/jobs/${id}`, rig.adminKey)).body.status, {
+        timeout: 20_000,
+      })
+      .toBe('completed');
+
   /** Answers the page's requests matching `test` with a 503, `times` times. */
   const failing = async (page: Page, test: (url: URL) => boolean, times: number) => {
     let left = times;
@@ -118,6 +137,31 @@ describe.skipIf(!browserCheck.available)('the console when things go wrong or ru
     expect(await page.getByRole('alert').count()).toBe(0);
     await context.close();
   }, 90_000);
+
+  it('shows the job the address names, and its errors even beside what it showed', async () => {
+    const shown = await chatJob('job A');
+    const gone = await chatJob('job B');
+    await settled(gone);
+    expect((await rig.call('DELETE', `/v1/jobs/${gone}`, rig.adminKey)).status).toBe(200);
+    const { context, page } = await rig.signedIn(rig.adminKey);
+    await page.goto(`${rig.base}/console#/jobs/${shown}`);
+    await page.getByRole('heading', { name: shown }).waitFor();
+    await page.goto(`${rig.base}/console#/jobs/${gone}`);
+    await page
+      .getByRole('alert')
+      .filter({ hasText: `Could not load job ${gone}: job ${gone} is gone` })
+      .waitFor();
+    expect(await page.getByRole('heading', { name: shown }).count()).toBe(0);
+
+    // A running job whose details fail for a moment: the page says so, beside the job it shows.
+    const running = await chatJob('Write at length about kilns.', 1000);
+    await page.goto(`${rig.base}/console#/jobs/${running}`);
+    await page.getByRole('heading', { name: running }).waitFor();
+    await failing(page, (url) => url.pathname.endsWith('/details'), 2);
+    await page.getByRole('alert').filter({ hasText: 'temporarily unavailable' }).waitFor({ timeout: 5000 });
+    expect(await page.getByRole('heading', { name: running }).isVisible()).toBe(true);
+    await context.close();
+  });
 
   it('no page raised a JavaScript error', () => {
     // The requests these tests refuse on purpose are logged by Chromium as failed loads.

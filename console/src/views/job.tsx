@@ -45,13 +45,12 @@ export function JobView({ id }: { id: string }) {
     }
     refresh();
   };
-  if (error && !value)
-    return (
-      <p role="alert">
-        Could not load job {id}: {error.message}
-      </p>
-    );
-  if (!value) return <p class="loading">Loading job {id}…</p>;
+  const failed = error && (
+    <p role="alert">
+      Could not load job {id}: {error.message}
+    </p>
+  );
+  if (!value) return failed || <p class="loading">Loading job {id}…</p>;
   const { job } = value;
   const done = TERMINAL.has(job.status);
   return (
@@ -60,6 +59,7 @@ export function JobView({ id }: { id: string }) {
         <a href="#/jobs">← All jobs</a>
       </p>
       <h1 id="job-title">{job.id}</h1>
+      {failed}
       <dl class="facts">
         <dt>Kind</dt>
         <dd>{job.kind}</dd>
