@@ -163,6 +163,37 @@ describe.skipIf(!browserCheck.available)('the console when things go wrong or ru
     await context.close();
   });
 
+  it('pages through more jobs and contexts than one page holds', async () => {
+    const oldest = await chatJob('the oldest job');
+    for (let i = 0; i < 55; i++) await chatJob(`job ${i}`);
+    for (let i = 0; i < 105; i++) {
+      const name = `bulk/c${String(i).padStart(3, '0')}`;
+      expect((await rig.call('POST', '/api/v1/contexts', rig.adminKey, { name, content: 'x' })).status).toBe(
+        201,
+      );
+    }
+    const { context, page } = await rig.signedIn(rig.adminKey);
+    await page.locator('tr[data-job]').first().waitFor();
+    expect(await page.locator('tr[data-job]').count()).toBe(50);
+    const row = page.locator(`tr[data-job="${oldest}"]`);
+    expect(await row.count()).toBe(0);
+    await page.getByRole('button', { name: 'Older jobs' }).click();
+    await row.waitFor();
+    await page.getByRole('button', { name: 'Newer jobs' }).click();
+    await expect.poll(() => page.locator('tr[data-job]').count()).toBe(50);
+    expect(await row.count()).toBe(0);
+
+    await page.goto(`${rig.base}/console#/contexts`);
+    await page.getByRole('button', { name: 'bulk/c000' }).waitFor();
+    expect(await page.getByRole('button', { name: 'bulk/c104' }).count()).toBe(0);
+    await page.getByRole('button', { name: 'Next contexts' }).click();
+    await page.getByRole('button', { name: 'bulk/c104' }).waitFor();
+    expect(await page.getByRole('button', { name: 'Next contexts' }).count()).toBe(0);
+    await page.getByRole('button', { name: 'Previous contexts' }).click();
+    await page.getByRole('button', { name: 'bulk/c000' }).waitFor();
+    await context.close();
+  });
+
   it('no page raised a JavaScript error', () => {
     // The requests these tests refuse on purpose are logged by Chromium as failed loads.
     expect(rig.errors.filter((error) => !error.includes('Failed to load resource'))).toEqual([]);

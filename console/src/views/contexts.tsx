@@ -17,6 +17,9 @@ const utf8Bytes = (text: string) => new TextEncoder().encode(text).length;
 /** The organisation's contexts: search by prefix, view, create, edit (a new version), delete. */
 export function ContextsView({ session }: { session: Session }) {
   const [prefix, setPrefix] = useState('');
+  // The last name of each page gone past: the page shown starts after the last of them.
+  const [cursors, setCursors] = useState<string[]>([]);
+  const after = cursors.at(-1);
   const [open, setOpen] = useState<Context | null>(null);
   const [editing, setEditing] = useState<{ name: string; content: string; isNew: boolean } | null>(null);
   const [notice, setNotice] = useState<string>();
@@ -26,11 +29,13 @@ export function ContextsView({ session }: { session: Session }) {
     () =>
       api<{ data: Context[]; has_more: boolean }>(
         'GET',
-        `/api/v1/contexts?limit=100${prefix ? `&prefix=${encodeURIComponent(prefix)}` : ''}`,
+        `/api/v1/contexts?${new URLSearchParams({ limit: '100', ...(prefix ? { prefix } : {}), ...(after ? { after } : {}) })}`,
       ),
-    [prefix],
+    [prefix, after],
     5000,
   );
+  const rows = list.value?.data ?? [];
+  const next = list.value?.has_more ? rows.at(-1)?.name : undefined;
   const cap = session.contexts_max_bytes;
 
   const show = async (name: string) => {
@@ -83,7 +88,14 @@ export function ContextsView({ session }: { session: Session }) {
       <div class="filters">
         <label>
           Names starting with{' '}
-          <input type="search" value={prefix} onInput={(e) => setPrefix(e.currentTarget.value)} />
+          <input
+            type="search"
+            value={prefix}
+            onInput={(e) => {
+              setPrefix(e.currentTarget.value);
+              setCursors([]);
+            }}
+          />
         </label>
         <button
           type="button"
@@ -99,8 +111,8 @@ export function ContextsView({ session }: { session: Session }) {
       {error && <p role="alert">{error}</p>}
       <div class="columns">
         <div>
-          {list.value?.data.length === 0 && <p>No contexts{prefix ? ` starting with “${prefix}”` : ''}.</p>}
-          {list.value && list.value.data.length > 0 && (
+          {list.value && rows.length === 0 && <p>No contexts{prefix ? ` starting with “${prefix}”` : ''}.</p>}
+          {rows.length > 0 && (
             <table>
               <thead>
                 <tr>
@@ -111,7 +123,7 @@ export function ContextsView({ session }: { session: Session }) {
                 </tr>
               </thead>
               <tbody>
-                {list.value.data.map((c) => (
+                {rows.map((c) => (
                   <tr key={c.id}>
                     <td>
                       <button type="button" class="link" onClick={() => show(c.name)}>
@@ -128,6 +140,18 @@ export function ContextsView({ session }: { session: Session }) {
               </tbody>
             </table>
           )}
+          <p class="pages">
+            {cursors.length > 0 && (
+              <button type="button" onClick={() => setCursors(cursors.slice(0, -1))}>
+                Previous contexts
+              </button>
+            )}{' '}
+            {next && (
+              <button type="button" onClick={() => setCursors([...cursors, next])}>
+                Next contexts
+              </button>
+            )}
+          </p>
         </div>
         <div>
           {open && !editing && (

@@ -28,27 +28,36 @@ export interface Job {
   upstreamError?: unknown;
 }
 
-/** Every job of the organisation, newest first, refreshed every second. */
+/** Every job of the organisation, newest first, 50 to a page, the page shown refreshed every second. */
 export function JobsView() {
   const [kind, setKind] = useState('');
   const [status, setStatus] = useState('');
+  // The `after=` cursor of each page gone past: the page shown starts after the last of them.
+  const [cursors, setCursors] = useState<string[]>([]);
+  const after = cursors.at(-1);
   const query = new URLSearchParams({
     limit: '50',
     ...(kind ? { kind } : {}),
     ...(status ? { status } : {}),
+    ...(after ? { after } : {}),
   });
   const { value, error } = usePoll(
-    () => api<{ data: Job[] }>('GET', `/v1/jobs?${query}`),
-    [kind, status],
+    () => api<{ data: Job[]; has_more: boolean; last_id: string | null }>('GET', `/v1/jobs?${query}`),
+    [kind, status, after],
     1000,
   );
+  const older = value?.has_more ? value.last_id : null;
+  const filter = (set: (value: string) => void) => (e: { currentTarget: HTMLSelectElement }) => {
+    set(e.currentTarget.value);
+    setCursors([]);
+  };
   return (
     <section aria-labelledby="jobs-title">
       <h1 id="jobs-title">Jobs</h1>
       <div class="filters">
         <label>
           Kind{' '}
-          <select value={kind} onChange={(e) => setKind(e.currentTarget.value)}>
+          <select value={kind} onChange={filter(setKind)}>
             {KINDS.map((k) => (
               <option key={k} value={k}>
                 {k || 'every kind'}
@@ -58,7 +67,7 @@ export function JobsView() {
         </label>
         <label>
           Status{' '}
-          <select value={status} onChange={(e) => setStatus(e.currentTarget.value)}>
+          <select value={status} onChange={filter(setStatus)}>
             {STATUSES.map((s) => (
               <option key={s} value={s}>
                 {s || 'every status'}
@@ -97,6 +106,18 @@ export function JobsView() {
           </tbody>
         </table>
       )}
+      <p class="pages">
+        {cursors.length > 0 && (
+          <button type="button" onClick={() => setCursors(cursors.slice(0, -1))}>
+            Newer jobs
+          </button>
+        )}{' '}
+        {older && (
+          <button type="button" onClick={() => setCursors([...cursors, older])}>
+            Older jobs
+          </button>
+        )}
+      </p>
     </section>
   );
 }
