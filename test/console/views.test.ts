@@ -194,6 +194,29 @@ describe.skipIf(!browserCheck.available)('the console when things go wrong or ru
     await context.close();
   });
 
+  it('asks before a new context replaces one of the same name', async () => {
+    const stored = await rig.call('POST', '/api/v1/contexts', rig.adminKey, {
+      name: 'team/runbook',
+      content: 'Step 1: page the on-call.',
+    });
+    expect(stored.status).toBe(201);
+    const { context, page } = await rig.signedIn((await memberKey('writer')).key);
+    await page.goto(`${rig.base}/console#/contexts`);
+    await page.getByRole('button', { name: 'New context' }).click();
+    await page.getByLabel('Name', { exact: true }).fill('team/runbook');
+    await page.getByLabel('Content').fill('my scratch notes');
+    await page.getByRole('button', { name: 'Save' }).click();
+    await page.getByRole('alert').filter({ hasText: 'team/runbook already exists (version 1)' }).waitFor();
+    const untouched = await rig.call('GET', '/api/v1/contexts/team/runbook', rig.adminKey);
+    expect(untouched.body).toMatchObject({ version: 1, content: 'Step 1: page the on-call.' });
+
+    await page.getByRole('button', { name: 'Replace team/runbook' }).click();
+    await page.getByRole('status').filter({ hasText: 'Saved team/runbook, version 2.' }).waitFor();
+    const replaced = await rig.call('GET', '/api/v1/contexts/team/runbook', rig.adminKey);
+    expect(replaced.body).toMatchObject({ version: 2, content: 'my scratch notes' });
+    await context.close();
+  });
+
   it('no page raised a JavaScript error', () => {
     // The requests these tests refuse on purpose are logged by Chromium as failed loads.
     expect(rig.errors.filter((error) => !error.includes('Failed to load resource'))).toEqual([]);

@@ -14,6 +14,14 @@ interface Context {
 
 const utf8Bytes = (text: string) => new TextEncoder().encode(text).length;
 
+/** A context being written: `existing` is the version a new context's name already has, once found. */
+interface Draft {
+  name: string;
+  content: string;
+  isNew: boolean;
+  existing?: number;
+}
+
 /** The organisation's contexts: search by prefix, view, create, edit (a new version), delete. */
 export function ContextsView({ session }: { session: Session }) {
   const [prefix, setPrefix] = useState('');
@@ -21,7 +29,7 @@ export function ContextsView({ session }: { session: Session }) {
   const [cursors, setCursors] = useState<string[]>([]);
   const after = cursors.at(-1);
   const [open, setOpen] = useState<Context | null>(null);
-  const [editing, setEditing] = useState<{ name: string; content: string; isNew: boolean } | null>(null);
+  const [editing, setEditing] = useState<Draft | null>(null);
   const [notice, setNotice] = useState<string>();
   const [error, setError] = useState<string>();
   const [confirming, setConfirming] = useState(false);
@@ -53,6 +61,16 @@ export function ContextsView({ session }: { session: Session }) {
     if (!editing) return;
     setError(undefined);
     try {
+      // A new context must not quietly replace a teammate's: say so, and save only when asked again.
+      if (editing.isNew && editing.existing === undefined) {
+        // A name sorts first among the names it starts: asked this way, a free name is no 404.
+        const same = await api<{ data: Context[] }>(
+          'GET',
+          `/api/v1/contexts?${new URLSearchParams({ prefix: editing.name, limit: '1' })}`,
+        );
+        const existing = same.data.find((c) => c.name === editing.name);
+        if (existing) return setEditing({ ...editing, existing: existing.version });
+      }
       const saved = await api<Context>('POST', '/api/v1/contexts', {
         name: editing.name,
         content: editing.content,
@@ -190,7 +208,9 @@ export function ContextsView({ session }: { session: Session }) {
                     required
                     pattern="[A-Za-z0-9._\/\-]+"
                     value={editing.name}
-                    onInput={(e) => setEditing({ ...editing, name: e.currentTarget.value })}
+                    onInput={(e) =>
+                      setEditing({ ...editing, name: e.currentTarget.value, existing: undefined })
+                    }
                   />
                 </>
               )}
@@ -204,8 +224,14 @@ export function ContextsView({ session }: { session: Session }) {
               <p class={size > cap ? 'over' : ''}>
                 {size} of {cap} bytes{size > cap ? ': too large to save' : ''}
               </p>
+              {editing.existing !== undefined && (
+                <p role="alert">
+                  A context named {editing.name} already exists (version {editing.existing}). Replacing it
+                  makes your text its version {editing.existing + 1}; or choose another name.
+                </p>
+              )}
               <button type="submit" disabled={size > cap}>
-                Save
+                {editing.existing === undefined ? 'Save' : `Replace ${editing.name}`}
               </button>{' '}
               <button type="button" onClick={() => setEditing(null)}>
                 Cancel
