@@ -135,6 +135,11 @@ describe.skipIf(!browserCheck.available)('the console when things go wrong or ru
       timeout: 20_000,
     });
     expect(await page.getByRole('alert').count()).toBe(0);
+
+    // A media job runs on a runner: its page does not claim it is waiting to be routed.
+    await page.locator('.transition-job a').click();
+    await page.getByTestId('job-status').filter({ hasText: 'completed' }).waitFor();
+    expect(await page.getByText('Not routed').count()).toBe(0);
     await context.close();
   }, 90_000);
 
@@ -214,6 +219,17 @@ describe.skipIf(!browserCheck.available)('the console when things go wrong or ru
     await page.getByRole('status').filter({ hasText: 'Saved team/runbook, version 2.' }).waitFor();
     const replaced = await rig.call('GET', '/api/v1/contexts/team/runbook', rig.adminKey);
     expect(replaced.body).toMatchObject({ version: 2, content: 'my scratch notes' });
+    await context.close();
+  });
+
+  it('charts every day of the last 30, with or without jobs', async () => {
+    await settled(await chatJob('usage today'));
+    const { context, page } = await rig.signedIn(rig.adminKey);
+    await page.goto(`${rig.base}/console#/usage`);
+    await page.getByRole('img', { name: /Jobs per day/ }).waitFor();
+    const labels = await page.locator('svg.chart text').allTextContents();
+    expect(labels).toHaveLength(30);
+    expect(labels.at(-1)).toBe(new Date().toISOString().slice(5, 10));
     await context.close();
   });
 

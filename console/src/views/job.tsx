@@ -23,6 +23,8 @@ interface Details {
   } | null;
 }
 
+const MEDIA = /^(image|video)\./;
+
 const duration = (from: number | null, to: number | null) =>
   from !== null && to !== null ? `${Math.max(0, to - from)} s` : '—';
 
@@ -109,8 +111,20 @@ export function JobView({ id }: { id: string }) {
           <JobResult job={job} />
         </>
       )}
-      <h2>Route</h2>
-      {value.route ? <pre>{JSON.stringify(value.route, null, 2)}</pre> : <p>Not routed (yet).</p>}
+      {value.route ? (
+        <>
+          <h2>Route</h2>
+          <pre>{JSON.stringify(value.route, null, 2)}</pre>
+        </>
+      ) : (
+        // Media jobs run on a runner, not a routed engine replica: they never have a route to show.
+        !MEDIA.test(job.kind) && (
+          <>
+            <h2>Route</h2>
+            <p>{done ? 'Not routed.' : 'Not routed yet.'}</p>
+          </>
+        )
+      )}
       <h2>Webhook</h2>
       {!value.webhook ? (
         <p>None asked for.</p>

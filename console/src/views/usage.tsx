@@ -13,18 +13,28 @@ interface Row {
 }
 
 const COLOURS = ['#2f6db5', '#b5562f', '#2f8f5b', '#7a4fb5', '#a3871a'];
+const DAY = 86_400;
+
+/** Every UTC day (`YYYY-MM-DD`) from the one holding `since` to the one holding `until`. */
+const everyDay = (since: number, until: number): string[] => {
+  const days: string[] = [];
+  for (let t = since - (since % DAY); t <= until; t += DAY)
+    days.push(new Date(t * 1000).toISOString().slice(0, 10));
+  return days;
+};
 
 /** Jobs per day and kind as a chart, and per day, kind and key as a table: the last 30 days. */
 export function UsageView() {
   const { value, error } = usePoll(
-    () => api<{ data: Row[] }>('GET', '/api/v1/usage/daily?days=30'),
+    () => api<{ since: number; until: number; data: Row[] }>('GET', '/api/v1/usage/daily?days=30'),
     [],
     10_000,
   );
   if (error) return <p role="alert">Could not read usage: {error.message}</p>;
   if (!value) return <p class="loading">Loading usage…</p>;
   const rows = value.data;
-  const days = [...new Set(rows.map((r) => r.day))];
+  // Every day of the period, so that a day without jobs shows as a gap, not as nothing.
+  const days = everyDay(value.since, value.until);
   const kinds = [...new Set(rows.map((r) => r.kind))];
   const perDay = days.map((day) => {
     const counts = kinds.map((kind) =>
@@ -35,7 +45,10 @@ export function UsageView() {
   const top = Math.max(1, ...perDay.map((d) => d.total));
   const width = 40;
   const height = 160;
-  const summary = perDay.map((d) => `${d.day}: ${d.total} jobs`).join('; ');
+  const summary = perDay
+    .filter((d) => d.total > 0)
+    .map((d) => `${d.day}: ${d.total} jobs`)
+    .join('; ');
   return (
     <section aria-labelledby="usage-title">
       <h1 id="usage-title">Usage</h1>
@@ -46,7 +59,7 @@ export function UsageView() {
           <figure>
             <svg
               role="img"
-              aria-label={`Jobs per day. ${summary}`}
+              aria-label={`Jobs per day, ${days[0]} to ${days.at(-1)}. ${summary}`}
               viewBox={`0 0 ${Math.max(1, days.length) * width} ${height + 20}`}
               class="chart"
             >
