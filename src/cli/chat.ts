@@ -177,8 +177,12 @@ export function chatCommands(program: Command): void {
         const submitted = await client.chat.submit(body);
         if (!options.wait) {
           if (json) return printJson(submitted);
-          print(`submitted ${submitted.id} (${submitted.status}); poll ${submitted.polling_url}\n`);
-          process.stderr.write(`wait for it: kiln jobs wait ${submitted.id}\n`);
+          // The job id alone on stdout, for `id=$(kiln chat --async …)`; the words on stderr.
+          process.stderr.write(
+            `submitted ${submitted.id} (${submitted.status}); poll ${submitted.polling_url}\n` +
+              `wait for it: kiln jobs wait ${submitted.id}\n`,
+          );
+          print(`${submitted.id}\n`);
           return;
         }
         const job = await client.jobs.wait(submitted.id, {

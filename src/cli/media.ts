@@ -263,8 +263,9 @@ async function runVideo(
   const target = options.out === undefined ? undefined : await outTarget(options.out, 1, force);
   const wait = options.wait === true || target !== undefined;
   const json = options.json === true;
-  // With --json, stdout holds the JSON alone; the words go to stderr.
-  const say = json ? stderr : stdout;
+  // With --json, stdout holds the JSON alone; without a wait, the job id alone (for
+  // `id=$(kiln video generate …)`). The words go to stderr then.
+  const say = json || !wait ? stderr : stdout;
   const client = clientFromEnv();
   const submitted = await submit(client);
 
@@ -281,6 +282,7 @@ async function runVideo(
   say(`model ${submitted.model}, size ${submitted.size}${notes.length ? ` (${notes.join('; ')})` : ''}`);
   if (!wait) {
     stderr(`wait for it: kiln jobs wait ${submitted.id}`);
+    stdout(submitted.id);
     return;
   }
 
@@ -345,9 +347,11 @@ async function runImages(options: ImageOptions): Promise<void> {
     const submitted = await client.images.generate({ ...body, mode: 'async' });
     const wait = options.wait === true || target !== undefined;
     if (json && !wait) return printJson(submitted);
-    say(`submitted ${submitted.id} (${submitted.status}); poll ${submitted.polling_url}`);
+    // Without a wait, the job id alone on stdout (for `id=$(…)`), the words on stderr.
+    (wait ? say : stderr)(`submitted ${submitted.id} (${submitted.status}); poll ${submitted.polling_url}`);
     if (!wait) {
       stderr(`wait for it: kiln jobs wait ${submitted.id}`);
+      stdout(submitted.id);
       return;
     }
     const job = await waitWithProgress(client, submitted.id, intervalMs);

@@ -113,16 +113,17 @@ describe('kiln chat and kiln jobs against a simulated fleet', () => {
     );
   });
 
-  it('--async prints the job id and polling url; kiln jobs get / wait / list / cancel follow the job', async () => {
+  it('--async prints the job id alone on stdout, its polling url on stderr; kiln jobs get / wait / list / cancel follow the job', async () => {
     const submitted = await kiln(['chat', '--model', 'm', '--max-tokens', '3', '--async', 'hello']);
     expect(submitted.code).toBe(0);
+    const id = new RegExp(`^(chatcmpl-(${UUID}))\\n$`).exec(submitted.stdout)?.[1];
+    expect(id, submitted.stdout).toBeDefined();
     const match = new RegExp(
-      `^submitted (chatcmpl-(${UUID})) \\(queued\\); poll (/api/v1/jobs/(${UUID}))\\n$`,
-    ).exec(submitted.stdout);
-    expect(match, submitted.stdout).not.toBeNull();
-    const [, id, uuid, pollingUrl, pollingUuid] = match as RegExpExecArray;
-    expect(pollingUuid).toBe(uuid);
-    expect(submitted.stderr).toBe(`wait for it: kiln jobs wait ${id}\n`);
+      `^submitted ${id} \\(queued\\); poll (/api/v1/jobs/(${UUID}))\\nwait for it: kiln jobs wait ${id}\\n$`,
+    ).exec(submitted.stderr);
+    expect(match, submitted.stderr).not.toBeNull();
+    const [, pollingUrl, pollingUuid] = match as RegExpExecArray;
+    expect(id).toBe(`chatcmpl-${pollingUuid}`);
 
     const waited = await kiln(['jobs', 'wait', id as string, '--interval', '50']);
     expect(waited.stderr).toBe('');
