@@ -99,7 +99,7 @@ describe.skipIf(!browserCheck.available)('the console when things go wrong or ru
     await page
       .getByRole('alert')
       .filter({ hasText: 'Your key is no longer valid' })
-      .waitFor({ timeout: 5000 });
+      .waitFor({ timeout: 20_000 });
     expect(await page.getByLabel('API key').isVisible()).toBe(true);
     expect(await page.getByRole('navigation', { name: 'Console' }).count()).toBe(0);
     // The key is forgotten: a reload asks for a key, rather than trying the old one again.
@@ -129,7 +129,7 @@ describe.skipIf(!browserCheck.available)('the console when things go wrong or ru
     await page.getByLabel('Start image').setInputFiles(path.join(EXAMPLES, 'start.png'));
     await page.getByLabel('Duration (seconds)').fill('1');
     await page.getByRole('button', { name: 'Make the video' }).click();
-    await page.getByRole('alert').filter({ hasText: 'temporarily unavailable' }).waitFor({ timeout: 10_000 });
+    await page.getByRole('alert').filter({ hasText: 'temporarily unavailable' }).waitFor({ timeout: 30_000 });
     await page.getByTestId('transition-status').filter({ hasText: 'completed' }).waitFor({ timeout: 60_000 });
     await page.waitForFunction("document.querySelector('video')?.readyState >= 2", undefined, {
       timeout: 20_000,
@@ -163,7 +163,7 @@ describe.skipIf(!browserCheck.available)('the console when things go wrong or ru
     await page.goto(`${rig.base}/console#/jobs/${running}`);
     await page.getByRole('heading', { name: running }).waitFor();
     await failing(page, (url) => url.pathname.endsWith('/details'), 2);
-    await page.getByRole('alert').filter({ hasText: 'temporarily unavailable' }).waitFor({ timeout: 5000 });
+    await page.getByRole('alert').filter({ hasText: 'temporarily unavailable' }).waitFor({ timeout: 20_000 });
     expect(await page.getByRole('heading', { name: running }).isVisible()).toBe(true);
     await context.close();
   });

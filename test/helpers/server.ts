@@ -93,3 +93,20 @@ export async function startTestServer(
     },
   };
 }
+
+/**
+ * The environment of a `kiln worker` process beside `kiln`: the same store and data directory,
+ * loopback allowed, quick polls, its engines read from `configFile`.
+ */
+export function workerEnv(kiln: TestServer, configFile: string): Record<string, string> {
+  const { store } = kiln.server.runtime.config;
+  return {
+    KILN_CONFIG: configFile,
+    KILN_DATA_DIR: kiln.dataDir,
+    KILN_STORE_URL: store.url,
+    KILN_STORE_SCHEMA: store.schema,
+    KILN_SECURITY_ALLOW_HOSTS: '127.0.0.1',
+    KILN_JOBS_POLL_INTERVAL_MS: '100',
+    KILN_LOG_LEVEL: 'info',
+  };
+}

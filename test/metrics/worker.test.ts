@@ -9,7 +9,7 @@ import { closeAll, engine, simPool, until } from '../chat/fleet.js';
 import { closedPort } from '../helpers/ports.js';
 import { type KilnProcess, spawnKiln } from '../helpers/process.js';
 import { sample } from '../helpers/scrape.js';
-import { startTestServer, type TestServer } from '../helpers/server.js';
+import { startTestServer, type TestServer, workerEnv } from '../helpers/server.js';
 import { caseTitle, type StoreCase, storeCases } from '../helpers/stores.js';
 
 /*
@@ -45,18 +45,8 @@ describe.skipIf(pgCase.skip)(`kiln worker's metrics listener (metrics.port): ${c
     configDir = mkdtempSync(path.join(tmpdir(), 'kiln-worker-metrics-'));
     const configFile = path.join(configDir, 'kiln.yaml');
     writeFileSync(configFile, JSON.stringify({ engines }));
-    const { store } = kiln.server.runtime.config;
     worker = spawnKiln(
-      {
-        KILN_CONFIG: configFile,
-        KILN_DATA_DIR: kiln.dataDir,
-        KILN_STORE_URL: store.url,
-        KILN_STORE_SCHEMA: store.schema,
-        KILN_SECURITY_ALLOW_HOSTS: '127.0.0.1',
-        KILN_JOBS_POLL_INTERVAL_MS: '100',
-        KILN_METRICS_PORT: String(await closedPort()),
-        KILN_LOG_LEVEL: 'info',
-      },
+      { ...workerEnv(kiln, configFile), KILN_METRICS_PORT: String(await closedPort()) },
       ['worker'],
       'bin/kiln.js',
     );

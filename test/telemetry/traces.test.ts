@@ -7,7 +7,7 @@ import { type ComfySim, startComfySim } from '../../src/sim/comfyui/server.js';
 import type { LlmSim } from '../../src/sim/llm/server.js';
 import { closeAll, simPool, until } from '../chat/fleet.js';
 import { type KilnProcess, startWorkerProcess } from '../helpers/process.js';
-import { startTestServer, type TestServer } from '../helpers/server.js';
+import { startTestServer, type TestServer, workerEnv } from '../helpers/server.js';
 import { caseTitle, storeCases } from '../helpers/stores.js';
 import {
   type ExportedSpan,
@@ -296,17 +296,10 @@ describe.skipIf(pgCase.skip)(`a job run by another process: ${caseTitle(pgCase)}
       'telemetry.service_name': 'kiln-gateway',
     });
     try {
-      const { store } = kiln.server.runtime.config;
       const configFile = path.join(configDir, 'kiln.yaml');
       writeFileSync(configFile, JSON.stringify({ engines: fleet().engines }));
       worker = await startWorkerProcess({
-        KILN_CONFIG: configFile,
-        KILN_DATA_DIR: kiln.dataDir,
-        KILN_STORE_URL: store.url,
-        KILN_STORE_SCHEMA: store.schema,
-        KILN_SECURITY_ALLOW_HOSTS: '127.0.0.1',
-        KILN_JOBS_POLL_INTERVAL_MS: '100',
-        KILN_LOG_LEVEL: 'info',
+        ...workerEnv(kiln, configFile),
         KILN_TELEMETRY_OTLP_ENDPOINT: otlp.endpoint,
         KILN_TELEMETRY_SERVICE_NAME: 'kiln-worker',
       });

@@ -1,6 +1,7 @@
 import { useState } from 'preact/hooks';
 import { api, type Session, when } from '../api.js';
 import { usePoll } from '../hooks.js';
+import { Pages } from './pages.js';
 
 interface Context {
   id: string;
@@ -158,18 +159,13 @@ export function ContextsView({ session }: { session: Session }) {
               </tbody>
             </table>
           )}
-          <p class="pages">
-            {cursors.length > 0 && (
-              <button type="button" onClick={() => setCursors(cursors.slice(0, -1))}>
-                Previous contexts
-              </button>
-            )}{' '}
-            {next && (
-              <button type="button" onClick={() => setCursors([...cursors, next])}>
-                Next contexts
-              </button>
-            )}
-          </p>
+          <Pages
+            cursors={cursors}
+            setCursors={setCursors}
+            next={next}
+            back="Previous contexts"
+            on="Next contexts"
+          />
         </div>
         <div>
           {open && !editing && (

@@ -1,6 +1,7 @@
 import { useState } from 'preact/hooks';
 import { api, when } from '../api.js';
 import { usePoll } from '../hooks.js';
+import { Pages } from './pages.js';
 
 const KINDS = ['', 'chat', 'response', 'image.generation', 'video.generation', 'video.transition'];
 const STATUSES = ['', 'queued', 'running', 'completed', 'failed', 'cancelled', 'timeout'];
@@ -106,18 +107,7 @@ export function JobsView() {
           </tbody>
         </table>
       )}
-      <p class="pages">
-        {cursors.length > 0 && (
-          <button type="button" onClick={() => setCursors(cursors.slice(0, -1))}>
-            Newer jobs
-          </button>
-        )}{' '}
-        {older && (
-          <button type="button" onClick={() => setCursors([...cursors, older])}>
-            Older jobs
-          </button>
-        )}
-      </p>
+      <Pages cursors={cursors} setCursors={setCursors} next={older} back="Newer jobs" on="Older jobs" />
     </section>
   );
 }
