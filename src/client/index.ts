@@ -124,7 +124,8 @@ export interface WaitOptions {
   /**
    * How long polls may keep failing in a row (no answer, or 502/503/504, as while the gateway
    * restarts) before the wait gives up with a JobPollError (default 60 000 ms, and never past
-   * timeoutMs). The job goes on meanwhile.
+   * timeoutMs). The job goes on meanwhile. No answer to the first poll fails at once: nothing has
+   * answered at that address yet.
    */
   retryMs?: number;
   /** Called with each poll of the job while it is not yet terminal. */
@@ -293,12 +294,15 @@ export class KilnClient {
         // A poll only reads, so a failed one is safe to send again (a gateway restarting, a rolling upgrade).
         let failingSince: number | undefined;
         let retries = 0;
+        // Until something has answered, no answer at all is more likely a wrong address than a restart.
+        let answered = false;
         for (;;) {
           let job: Job;
           try {
             job = await jobs.get(id);
           } catch (error) {
-            if (!isTransient(error)) throw error;
+            if (error instanceof KilnApiError) answered = true;
+            if (!isTransient(error) || !answered) throw error;
             failingSince ??= Date.now();
             const giveUpAt = Math.min(failingSince + (options.retryMs ?? 60_000), deadline);
             const delay = Math.min(retryDelay(error, retries++), giveUpAt - Date.now());
@@ -307,6 +311,7 @@ export class KilnClient {
             await pause(delay);
             continue;
           }
+          answered = true;
           failingSince = undefined;
           retries = 0;
           if (TERMINAL_STATUSES.includes(job.status)) return job;

@@ -116,4 +116,15 @@ describe('kiln jobs wait against a gateway answering 503', () => {
     );
     expect(gateway.polls.length).toBeGreaterThanOrEqual(2);
   });
+
+  it('fails at once where nothing has answered yet: a wrong address is not waited on for a minute', async () => {
+    const started = Date.now();
+    const waited = await kiln(['jobs', 'wait', 'test-1'], {
+      env: { KILN_BASE_URL: `http://127.0.0.1:${await closedPort()}`, KILN_API_KEY: 'kiln_sk_any' },
+    });
+    expect(Date.now() - started).toBeLessThan(5000);
+    expect(waited.code).toBe(1);
+    expect(waited.stderr).toContain('nothing is listening there');
+    expect(waited.stderr).not.toContain('trying again');
+  });
 });
