@@ -12,8 +12,13 @@ export const PURGE_STEP = 32;
 export const IDEMPOTENCY_KEPT_MS = 86_400_000;
 /** How often the files directory is swept for orphans: at a process's first pass, then daily. */
 export const ORPHAN_SWEEP_EVERY_MS = 86_400_000;
-/** The `jobs.retention` (ms) by which the stored jobs' expiry was last dated. */
-const RETENTION_SETTING = 'jobs.retention_ms';
+/** Jobs looked at a step when the first pass dates expiries: only those dated otherwise are written. */
+const REDATE_STEP = 256;
+/**
+ * The youngest a stored file with no row may be and still be swept: a file is written before its
+ * row, so with a tiny `jobs.retention` the sweep must not race a save in progress.
+ */
+const ORPHAN_MIN_AGE_MS = 3_600_000;
 
 export interface PurgeSettings {
   intervalMs: number;
@@ -106,7 +111,9 @@ export class Purger {
     );
     if (now - this.#sweptAt >= ORPHAN_SWEEP_EVERY_MS) {
       this.#sweptAt = now;
-      purged.orphans = await this.files.deleteOrphans(now - this.settings.jobsKeptMs);
+      purged.orphans = await this.files.deleteOrphans(
+        now - Math.max(this.settings.jobsKeptMs, ORPHAN_MIN_AGE_MS),
+      );
     }
     if (Object.values(purged).some((n) => n > 0)) {
       this.log.info(purged, 'purged what was past its retention');
@@ -115,20 +122,18 @@ export class Purger {
   }
 
   /**
-   * Dates every terminal job's expiry by this process's `jobs.retention`, unless the store's were
-   * dated by the same: a whole pass over the jobs, once when the retention changes (and once on a
-   * store that has never recorded one). Answers how many jobs changed.
+   * Dates every terminal job's expiry by this process's `jobs.retention`: one pass over the jobs at
+   * each start, writing only those dated otherwise. At every start, not only when the value changes:
+   * restarted one by one, processes still on the old value go on dating jobs by it meanwhile, and
+   * the last of them to restart must date those too. Answers how many jobs changed.
    */
   async #redate(): Promise<number> {
-    const retention = String(this.settings.jobsKeptMs);
-    if ((await this.store.settings.get(RETENTION_SETTING)) === retention) return 0;
     let changed = 0;
     for (let after: string | undefined = ''; after !== undefined; ) {
-      const step = await this.store.retention.redate(this.settings.jobsKeptMs, after, PURGE_STEP);
+      const step = await this.store.retention.redate(this.settings.jobsKeptMs, after, REDATE_STEP);
       changed += step.changed;
       after = step.last;
     }
-    await this.store.settings.set(RETENTION_SETTING, retention);
     return changed;
   }
 }

@@ -204,8 +204,9 @@ for (const storeCase of storeCases) {
         return file;
       };
       const fileId = () => `file_${uuidv7().replaceAll('-', '')}`;
+      // Past the server's 3 s retention, and past the hour the sweep leaves a file in any case.
       const agedPast = (file: string) => {
-        const old = new Date(Date.now() - 10_000);
+        const old = new Date(Date.now() - 2 * 3_600_000);
         utimesSync(file, old, old);
       };
       const keptId = fileId();
@@ -257,7 +258,7 @@ for (const storeCase of storeCases) {
           `INSERT INTO jobs (id, org_id, key_id, kind, mode, status, request, result, max_attempts,
              queue_deadline, run_limit_ms, created_at, finished_at, expires_at)
            VALUES (?, ?, 'key', 'chat.completion', 'async', 'completed', ?, ?, 1, ?, 1000, ?, ?, ?)`,
-          [id, orgId, big, big, expiresAt, expiresAt - 2000, expiresAt - 1000, expiresAt],
+          [id, orgId, big, big, expiresAt, expiresAt - 4000, expiresAt - 3000, expiresAt],
         );
       const purger = new Purger(store, runtime.files, SETTINGS, silent);
       const purged = await purger.purge(expiresAt + 1);
@@ -275,14 +276,16 @@ for (const storeCase of storeCases) {
       const orgId = (await store.orgs.byName('retention'))?.id as string;
       // Ended 2 s ago and dated by the server's 3 s retention, as the server would have.
       const finishedAt = Date.now() - 2000;
-      const [kept, deleted] = [uuidv7(), uuidv7()];
-      for (const id of [kept, deleted])
-        await store.driver.run(
+      const ended = (id: string) =>
+        store.driver.run(
           `INSERT INTO jobs (id, org_id, key_id, kind, mode, status, request, result, max_attempts,
              queue_deadline, run_limit_ms, created_at, finished_at, expires_at)
            VALUES (?, ?, 'key', 'chat.completion', 'async', 'completed', '{"model":"m"}', '{}', 1, ?, 1000, ?, ?, ?)`,
           [id, orgId, finishedAt, finishedAt - 1000, finishedAt, finishedAt + 3000],
         );
+      const [kept, deleted, late] = [uuidv7(), uuidv7(), uuidv7()];
+      await ended(kept);
+      await ended(deleted);
       expect(await store.jobs.forget(orgId, deleted)).toBe(true);
       const expiry = async (id: string) => (await store.jobs.byId(id))?.expires_at;
 
@@ -294,13 +297,18 @@ for (const storeCase of storeCases) {
       const poll = await kiln.call('GET', `/v1/jobs/${kept}`, { key: await kiln.key('retention') });
       expect(poll.status).toBe(200);
 
-      // The same retention again dates nothing; a shorter one expires the job, and the pass purges it.
-      const again = new Purger(store, runtime.files, { ...SETTINGS, jobsKeptMs: 3_600_000 }, silent);
-      expect((await again.purge()).redated).toBe(0);
+      // Restarted one by one: a process still on the 3 s retention ends a job meanwhile; the next
+      // process started with the hour dates that one too, and only that one.
+      await ended(late);
+      const next = new Purger(store, runtime.files, { ...SETTINGS, jobsKeptMs: 3_600_000 }, silent);
+      expect((await next.purge()).redated).toBe(1);
+      expect(await expiry(late)).toBe(finishedAt + 3_600_000);
+      // A shorter one expires the jobs, and the same pass purges them.
       const shorter = new Purger(store, runtime.files, { ...SETTINGS, jobsKeptMs: 1000 }, silent);
       const purged = await shorter.purge();
-      expect(purged.redated).toBeGreaterThanOrEqual(1);
+      expect(purged.redated).toBeGreaterThanOrEqual(2);
       expect(await store.jobs.byId(kept)).toBeUndefined();
+      expect(await store.jobs.byId(late)).toBeUndefined();
     });
   });
 }
