@@ -521,10 +521,20 @@ function parseJson(text: string): unknown {
   }
 }
 
-/** Kiln's error envelope (`error` of an error answer): at least a string code and message. */
+/**
+ * Kiln's error envelope (`error` of an error answer): a string code and message, and `details`, if
+ * any, a list of `{field, message}` strings.
+ */
 function isErrorBody(value: unknown): value is ErrorBody {
   const body = value as Partial<Record<keyof ErrorBody, unknown>> | null | undefined;
-  return typeof body?.code === 'string' && typeof body.message === 'string';
+  const detail = (d: unknown) =>
+    typeof (d as { field?: unknown })?.field === 'string' &&
+    typeof (d as { message?: unknown })?.message === 'string';
+  return (
+    typeof body?.code === 'string' &&
+    typeof body.message === 'string' &&
+    (body.details === undefined || (Array.isArray(body.details) && body.details.every(detail)))
+  );
 }
 
 /**

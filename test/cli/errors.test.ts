@@ -127,6 +127,10 @@ describe('CLI: something other than a Kiln gateway answered', () => {
         const error = { message: 'no such model', type: 'invalid_request_error', param: null, code: null };
         return answer(404, 'application/json', JSON.stringify({ object: 'error', error }));
       }
+      if (url.startsWith('/details-object/')) {
+        const error = { code: 'invalid_request', message: 'bad thing', details: { field: 'x' } };
+        return answer(400, 'application/json', JSON.stringify({ error }));
+      }
       if (url.startsWith('/fastify/')) {
         const message = `Route ${request.method}:${url} not found`;
         return answer(
@@ -183,6 +187,15 @@ describe('CLI: something other than a Kiln gateway answered', () => {
       );
     },
   );
+
+  it("an error answer shaped almost like Kiln's, its details not a list: its message, no stack trace", async () => {
+    const result = await run(['jobs', 'get', 'abc'], {
+      env: { KILN_BASE_URL: `${base}/details-object`, KILN_API_KEY: 'kiln_sk_any' },
+    });
+    expect(result.code).toBe(1);
+    expect(result.stderr).toMatch(/^kiln: http-400 \(HTTP 400\): bad thing\n/);
+    expect(result.stderr).not.toContain('TypeError');
+  });
 
   it.each([
     [['jobs', 'get', 'abc'], '/v1/jobs/abc'],
