@@ -29,6 +29,9 @@ async function withStore<T>(command: Command, work: (store: Store) => Promise<T>
   const { openStore } = await import('../store/index.js');
   const store = openStore(config.store);
   try {
+    if (url.startsWith('sqlite:') && !(await store.exists())) {
+      throw new UsageError(`${path.resolve(url.slice('sqlite:'.length))} holds no Kiln store: ${fix}`);
+    }
     if (!url.startsWith('sqlite:') && !(await store.exists())) {
       const { shownStoreUrl, storeOpenError } = await import('../store/postgres/open-error.js');
       // Not reachable at all is another story, told as `kiln serve` tells it.

@@ -1,4 +1,4 @@
-import { existsSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -36,6 +36,22 @@ describe('admin commands without a store: sqlite', () => {
     expect(result.stderr).toContain('kiln migrate');
     expect(result.stderr).toContain('KILN_DATA_DIR');
     expect(readdirSync(dir)).toEqual([]);
+  });
+
+  it('an existing file that holds no store (empty) is refused by name, and no store is made in it', async () => {
+    const dir = mkdtempSync(path.join(cwd, 'empty-'));
+    const file = path.join(dir, 'empty.db');
+    writeFileSync(file, '');
+    const kiln = kilnWith({ cwd: dir, env: { KILN_STORE_URL: `sqlite:${file}` } });
+    for (const args of [
+      ['keys', 'list'],
+      ['orgs', 'create', 'acme'],
+    ]) {
+      const result = await kiln(args);
+      expect(result.code).not.toBe(0);
+      expect(result.stderr).toContain(`kiln: ${file} holds no Kiln store:`);
+      expect(result.stderr).toContain('kiln migrate');
+    }
   });
 
   it('after kiln migrate, the same directory works', async () => {
