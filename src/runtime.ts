@@ -80,9 +80,10 @@ export async function createRuntime(
   const templates = loadTemplates();
   const runners = new RunnerPool(config.runners, logger.child({ component: 'runners' }));
   runners.startHealthChecks();
+  const images = { policy, maxBytes: config.files.max_input_bytes };
   const kinds = new KindRegistry([
-    chatKind({ router: () => router, store }) as JobKind<never, unknown>,
-    responseKind({ router: () => router, store }) as JobKind<never, unknown>,
+    chatKind({ router: () => router, store, images }) as JobKind<never, unknown>,
+    responseKind({ router: () => router, store, images }) as JobKind<never, unknown>,
     ...mediaKinds({ templates, runners, files, policy, maxInputBytes: config.files.max_input_bytes }),
     ...extraKinds,
   ]);

@@ -1,6 +1,8 @@
 import type { FastifyInstance } from 'fastify';
+import { checkMessageImages } from '../chat/images.js';
 import { ChatBody, type ChatJobRequest } from '../chat/schema.js';
 import { parseDuration } from '../config/schema.js';
+import type { ChatMessage } from '../engines/types.js';
 import { KilnError, validationError } from '../errors.js';
 import type { JobKind } from '../jobs/kinds.js';
 import { type Route, routeHeader } from '../router/index.js';
@@ -70,6 +72,7 @@ export function chatRoutes(app: FastifyInstance, deps: AppDeps): void {
       }
       const mode = asked ?? (stream ? 'stream' : 'sync');
       await checkModelAndContexts(deps, request.auth.org_id, model, contexts);
+      await checkMessageImages(rest.messages as ChatMessage[], deps.policy);
       const job: ChatJobRequest = {
         model,
         contexts,

@@ -9,12 +9,15 @@ import { type HandlerResult, JobFailure, type JobKind, type RunContext } from '.
 import { tokenMeter } from '../limits/meter.js';
 import { EngineError, type Route, type RouteCall, type Router } from '../router/index.js';
 import type { Store } from '../store/index.js';
+import { type ImageFetching, inlineMessageImages } from './images.js';
 import type { ChatJobRequest } from './schema.js';
 
 export interface ChatDeps {
   /** The router in force: a reload swaps it between requests. */
   router(): Router;
   store: Store;
+  /** How Kiln fetches the messages' `https://` images itself, so that no engine dials them. */
+  images: ImageFetching;
 }
 
 /** Persona preamble, then contexts (persona's, then the request's), then the caller's messages. */
@@ -257,7 +260,7 @@ export function chatKind(deps: ChatDeps): JobKind<ChatJobRequest> {
         throw new JobFailure('inference-failed', `no persona or served model named ${job.request.model}`);
       const messages = [
         ...(await preamble(deps.store, job.orgId, job.request, router)),
-        ...(job.request.body.messages as ChatMessage[]),
+        ...(await inlineMessageImages(job.request.body.messages as ChatMessage[], deps.images, signal)),
       ];
       // Without the messages, by destructuring: `delete` would leave an object V8 keeps as a
       // dictionary, slow in every later spread and read of it on the way to the engine.

@@ -1,3 +1,4 @@
+import { inlineMessageImages } from '../chat/images.js';
 import { type ChatDeps, chatThroughRouter, ledgerUnits, preamble } from '../chat/kind.js';
 import type { ChatChunk, ChatMessage } from '../engines/types.js';
 import { JobFailure, type JobKind } from '../jobs/kinds.js';
@@ -74,7 +75,11 @@ export function responseKind(deps: ChatDeps): JobKind<ResponseJobRequest> {
       const messages: ChatMessage[] = [
         ...(await preamble(deps.store, job.orgId, { ...request, includeUsage: false, body: {} }, router)),
         ...(request.instructions ? [{ role: 'system', content: request.instructions }] : []),
-        ...chatMessages([...(await conversation(deps.store, job.orgId, request.previous)), ...request.input]),
+        ...(await inlineMessageImages(
+          chatMessages([...(await conversation(deps.store, job.orgId, request.previous)), ...request.input]),
+          deps.images,
+          signal,
+        )),
       ];
       const body = { ...(model.persona?.defaults ?? {}), ...request.chat };
       const base = { id: job.publicId, model: request.model, createdAt: createdAtOf(job.id) };

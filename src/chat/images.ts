@@ -1,0 +1,86 @@
+import type { ChatMessage } from '../engines/types.js';
+import { validationError } from '../errors.js';
+import { loadImage } from '../media/inputs.js';
+import type { OutboundPolicy } from '../net/policy.js';
+
+/** What Kiln needs to fetch a message's images itself: the outbound policy and the size cap. */
+export interface ImageFetching {
+  policy: OutboundPolicy;
+  maxBytes: number;
+}
+
+interface ImagePart {
+  type: 'image_url';
+  image_url: { url: string; detail?: string } | string;
+}
+
+const isImagePart = (part: unknown): part is ImagePart =>
+  (part as { type?: unknown } | null)?.type === 'image_url';
+
+const urlOf = (part: ImagePart): unknown =>
+  typeof part.image_url === 'string' ? part.image_url : part.image_url?.url;
+
+/** Every image part of the messages, with the field that names it in an error. */
+function* imageParts(messages: readonly ChatMessage[], field: string) {
+  for (const [m, message] of messages.entries()) {
+    const { content } = message as { content?: unknown };
+    if (!Array.isArray(content)) continue;
+    for (const [p, part] of content.entries()) {
+      if (isImagePart(part)) yield { part, field: `${field}[${m}].content[${p}].image_url` };
+    }
+  }
+}
+
+/**
+ * Checks the images of chat messages before any job exists (DESIGN.md section 5): a `data:image/…`
+ * URI as it is, for the engine to decode; an `https://` URL must pass the outbound policy. Any
+ * other reference (`http:`, `file:`, …) is refused: the engine would dial it from inside the GPU
+ * network, where Kiln cannot check what it reaches.
+ */
+export async function checkMessageImages(
+  messages: readonly ChatMessage[],
+  policy: OutboundPolicy,
+  field = 'messages',
+): Promise<void> {
+  for (const { part, field: where } of imageParts(messages, field)) {
+    const url = urlOf(part);
+    if (typeof url !== 'string' || url === '') {
+      throw validationError([{ field: where, rule: 'required', message: `${where} needs a url` }]);
+    }
+    if (/^data:image\//i.test(url)) continue;
+    await policy.checkUrl(url, where, { schemes: ['https:'] });
+  }
+}
+
+/**
+ * The messages with every `https://` image fetched by Kiln, each hop's address checked again as it
+ * is dialled, and handed to the engine as a `data:` URI: the engine dials nothing. Messages without
+ * images are the same objects.
+ */
+export async function inlineMessageImages(
+  messages: readonly ChatMessage[],
+  fetching: ImageFetching,
+  signal: AbortSignal,
+): Promise<ChatMessage[]> {
+  const fetched = new Map<ImagePart, string>();
+  for (const { part, field } of imageParts(messages, 'messages')) {
+    const url = urlOf(part);
+    if (typeof url !== 'string' || /^data:/i.test(url)) continue;
+    const image = await loadImage(url, field, fetching.policy, fetching.maxBytes, signal);
+    fetched.set(part, `data:${image.contentType};base64,${image.data.toString('base64')}`);
+  }
+  if (fetched.size === 0) return [...messages];
+  return messages.map((message) => {
+    const { content } = message as { content?: unknown };
+    if (!Array.isArray(content) || !content.some((part) => fetched.has(part))) return message;
+    return {
+      ...message,
+      content: content.map((part) => {
+        const url = fetched.get(part);
+        if (url === undefined) return part;
+        const detail = typeof part.image_url === 'string' ? undefined : part.image_url.detail;
+        return { ...part, image_url: { url, ...(detail === undefined ? {} : { detail }) } };
+      }),
+    } as ChatMessage;
+  });
+}

@@ -1,0 +1,152 @@
+import { createServer, type Server } from 'node:http';
+import { type AddressInfo, createServer as createTcpServer, type Server as TcpServer } from 'node:net';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startTestDns, type TestDns } from '../helpers/dns.js';
+import { startTestServer, type TestServer } from '../helpers/server.js';
+import { storeCases } from '../helpers/stores.js';
+
+/**
+ * Images in chat messages and Responses input are outbound URLs too (DESIGN.md section 5): an
+ * engine given a URL dials it from inside the GPU network. Kiln refuses unsafe ones before any job
+ * exists, fetches safe `https://` ones itself when the job runs, and hands the engine `data:` URIs
+ * only, so that the engine dials nothing.
+ */
+
+const PNG = `data:image/png;base64,${Buffer.from('89504e470d0a1a0a', 'hex').toString('base64')}`;
+const COMPLETION = {
+  id: 'up',
+  object: 'chat.completion',
+  created: 1,
+  model: 'up-model',
+  choices: [{ index: 0, message: { role: 'assistant', content: 'a picture' }, finish_reason: 'stop' }],
+  usage: { prompt_tokens: 5, completion_tokens: 2, total_tokens: 7 },
+};
+
+describe('images in chat and Responses requests', () => {
+  let kiln: TestServer;
+  let dns: TestDns;
+  /** The engine: records what it is asked, answers one completion. */
+  let engine: Server;
+  const asked: Array<{ messages: Array<{ content: unknown }> }> = [];
+  /** Where `img.test` points: counts the connections Kiln makes to fetch an image. */
+  let imageHost: TcpServer;
+  let imageConnections = 0;
+  let imagePort: number;
+
+  beforeAll(async () => {
+    engine = createServer((request, response) => {
+      let text = '';
+      request.setEncoding('utf8').on('data', (piece: string) => {
+        text += piece;
+      });
+      request.on('end', () => {
+        if (request.url === '/v1/chat/completions') asked.push(JSON.parse(text));
+        response.writeHead(200, { 'content-type': 'application/json' });
+        response.end(JSON.stringify(request.url === '/v1/chat/completions' ? COMPLETION : { data: [] }));
+      });
+    });
+    await new Promise<void>((resolve) => engine.listen(0, '127.0.0.1', resolve));
+    // Not TLS: the fetch Kiln makes fails, which is all these tests need to see it was Kiln's.
+    imageHost = createTcpServer((socket) => {
+      imageConnections++;
+      socket.destroy();
+    });
+    await new Promise<void>((resolve) => imageHost.listen(0, '127.0.0.1', resolve));
+    imagePort = (imageHost.address() as AddressInfo).port;
+    dns = await startTestDns({ 'img.test': ['127.0.0.1'], 'meta.test': ['169.254.169.254'] });
+    const engineUrl = `http://127.0.0.1:${(engine.address() as AddressInfo).port}`;
+    kiln = await startTestServer(storeCases[0] as (typeof storeCases)[0], {
+      engines: { up: { serves: 'unique', replicas: [engineUrl], models: { m: 'up-model' } } },
+      'security.allow_hosts': ['127.0.0.1'],
+      'security.dns_servers': [dns.server],
+    });
+  });
+  afterAll(async () => {
+    await kiln?.close();
+    await dns?.close();
+    engine?.closeAllConnections();
+    await new Promise((resolve) => engine?.close(resolve));
+    await new Promise((resolve) => imageHost?.close(resolve));
+  });
+
+  const jobCount = async () =>
+    Number((await kiln.server.store.driver.get<{ n: number | string }>('SELECT COUNT(*) AS n FROM jobs'))?.n);
+  const chat = (imageUrl: unknown) =>
+    kiln.call('POST', '/v1/chat/completions', {
+      body: {
+        model: 'm',
+        messages: [
+          {
+            role: 'user',
+            content: [
+              { type: 'text', text: 'what is this?' },
+              { type: 'image_url', image_url: imageUrl },
+            ],
+          },
+        ],
+      },
+    });
+
+  it.each([
+    ['a metadata address over http', { url: 'http://169.254.169.254/latest/meta-data/' }],
+    ['a metadata address over https', { url: 'https://169.254.169.254/latest/meta-data/' }],
+    ['a metadata name', { url: 'https://metadata.google.internal/computeMetadata/v1/' }],
+    ['a name resolving to a metadata address', { url: 'https://meta.test/x.png' }],
+    ['plain http', { url: `http://img.test:${1}/x.png` }],
+    ['a file', { url: 'file:///etc/passwd' }],
+    ['the string form', 'http://169.254.169.254/'],
+    ['no url at all', {}],
+  ])(
+    'chat: %s is refused with a 400 naming the part, before any job, and no engine sees it',
+    async (_, imageUrl) => {
+      const [jobs, engineCalls] = [await jobCount(), asked.length];
+      const answer = await chat(imageUrl);
+      expect(answer.status, JSON.stringify(answer.body)).toBe(400);
+      expect(answer.body.error.details?.[0]?.field ?? answer.body.error.param).toBe(
+        'messages[0].content[1].image_url',
+      );
+      expect(await jobCount()).toBe(jobs);
+      expect(asked.length).toBe(engineCalls);
+    },
+  );
+
+  it('Responses: an input_image at a metadata address is refused the same way', async () => {
+    const jobs = await jobCount();
+    const answer = await kiln.call('POST', '/v1/responses', {
+      body: {
+        model: 'm',
+        input: [
+          {
+            role: 'user',
+            content: [
+              { type: 'input_text', text: 'what is this?' },
+              { type: 'input_image', image_url: 'http://metadata.google.internal/computeMetadata/v1/' },
+            ],
+          },
+        ],
+      },
+    });
+    expect(answer.status, JSON.stringify(answer.body)).toBe(400);
+    expect(JSON.stringify(answer.body.error)).toContain('image_url');
+    expect(await jobCount()).toBe(jobs);
+  });
+
+  it('a data: image reaches the engine as it was sent', async () => {
+    const answer = await chat({ url: PNG, detail: 'low' });
+    expect(answer.status, JSON.stringify(answer.body)).toBe(200);
+    expect(asked.at(-1)?.messages.at(-1)?.content).toEqual([
+      { type: 'text', text: 'what is this?' },
+      { type: 'image_url', image_url: { url: PNG, detail: 'low' } },
+    ]);
+  });
+
+  it('a safe https image is fetched by Kiln when the job runs, never handed to the engine', async () => {
+    const [connections, engineCalls] = [imageConnections, asked.length];
+    const answer = await chat({ url: `https://img.test:${imagePort}/cat.png` });
+    // The image host is no TLS server, so Kiln's own fetch fails, and the job with it.
+    expect(answer.status, JSON.stringify(answer.body)).toBe(502);
+    expect(answer.body.error.code).toBe('inference-failed');
+    expect(imageConnections).toBeGreaterThan(connections);
+    expect(asked.length).toBe(engineCalls);
+  });
+});
