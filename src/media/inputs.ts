@@ -16,19 +16,38 @@ function refuse(field: string, rule: string, message: string, extra: Partial<Err
 }
 
 /**
- * The bytes must decode as a PNG, JPEG or WebP image, wholly (a header with the rest cut off reads
- * as an image but fails the job later, in the runner); answers its content type.
+ * The most pixels an image input may have: a 48-megapixel photo, no more. A few kilobytes of PNG
+ * can claim 16000×16000 pixels, whose decoding holds a thread of the pool that file reads share
+ * for seconds; the header says so before anything is decoded.
+ */
+export const MAX_INPUT_PIXELS = 50_000_000;
+
+/**
+ * The bytes must decode as a PNG, JPEG or WebP image of at most MAX_INPUT_PIXELS, wholly (a
+ * header with the rest cut off reads as an image but fails the job later, in the runner); answers
+ * its content type.
  */
 async function imageType(data: Buffer, field: string): Promise<string> {
+  let size = { width: 0, height: 0 };
   try {
-    const image = sharp(data, { failOn: 'truncated' });
-    const { format } = await image.metadata();
+    // The header alone first: what a decode would cost is known before one starts.
+    const { format, width = 0, height = 0 } = await sharp(data, { limitInputPixels: false }).metadata();
+    size = { width, height };
     const type = format ? FORMATS[format] : undefined;
-    if (type) {
-      await image.stats();
+    if (type && width * height <= MAX_INPUT_PIXELS) {
+      await sharp(data, { failOn: 'truncated', limitInputPixels: MAX_INPUT_PIXELS }).stats();
       return type;
     }
   } catch {}
+  const pixels = size.width * size.height;
+  if (pixels > MAX_INPUT_PIXELS) {
+    return refuse(
+      field,
+      'max_pixels',
+      `${field} is ${size.width}×${size.height} pixels; images are capped at ${MAX_INPUT_PIXELS} pixels`,
+      { limit: MAX_INPUT_PIXELS, received: pixels },
+    );
+  }
   return refuse(field, 'image', `${field} does not decode as a PNG, JPEG or WebP image`);
 }
 

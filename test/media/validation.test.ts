@@ -1,3 +1,4 @@
+import { crc32, deflateSync } from 'node:zlib';
 import sharp from 'sharp';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestDns } from '../helpers/dns.js';
@@ -109,6 +110,39 @@ describe('POST /v1/videos/transitions validation', () => {
     expect(answer.body.error.details).toEqual([
       expect.objectContaining({ field: 'start_image', rule: 'image' }),
     ]);
+  });
+
+  it('refuses a PNG whose header claims 20000×20000 pixels by its size, before decoding it', async () => {
+    const chunk = (type: string, data: Buffer) => {
+      const body = Buffer.concat([Buffer.from(type, 'latin1'), data]);
+      const framed = Buffer.alloc(body.length + 8);
+      framed.writeUInt32BE(data.length, 0);
+      body.copy(framed, 4);
+      framed.writeUInt32BE(crc32(body), body.length + 4);
+      return framed;
+    };
+    const header = Buffer.alloc(13);
+    header.writeUInt32BE(20_000, 0);
+    header.writeUInt32BE(20_000, 4);
+    header.set([8, 2, 0, 0, 0], 8); // 8-bit RGB
+    const bomb = Buffer.concat([
+      Buffer.from('89504e470d0a1a0a', 'hex'),
+      chunk('IHDR', header),
+      chunk('IDAT', deflateSync(Buffer.alloc(1024))),
+      chunk('IEND', Buffer.alloc(0)),
+    ]);
+    const before = await jobCount();
+    const answer = await post({ start_image: `data:image/png;base64,${bomb.toString('base64')}` });
+    expect(answer.status).toBe(400);
+    expect(answer.body.error.details).toEqual([
+      expect.objectContaining({
+        field: 'start_image',
+        rule: 'max_pixels',
+        limit: 50_000_000,
+        received: 400_000_000,
+      }),
+    ]);
+    expect(await jobCount()).toBe(before);
   });
 
   it('refuses a data: URI over 28,000,000 characters as too long, whatever the byte cap', async () => {
