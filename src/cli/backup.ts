@@ -118,7 +118,7 @@ function leaveToPostgresTools(
       '  Back it up with pg_dump, which copies one consistent snapshot while gateways keep serving:',
       `    pg_dump --format=custom --schema=${schema} --file=${dumpFile} ${dbname}`,
       `  Restore it with every gateway and worker stopped: drop schema ${schema} (everything in it goes), restore`,
-      '  the dump, then start `kiln serve` (it applies pending migrations):',
+      `  the dump, then start \`kiln serve\` (it applies pending migrations). Run them as schema ${schema}'s owner:`,
       `    psql --dbname=${dbname} -v ON_ERROR_STOP=1 -c 'DROP SCHEMA IF EXISTS ${schema} CASCADE'`,
       `    pg_restore --no-owner --exit-on-error --dbname=${dbname} ${dumpFile}`,
     );
