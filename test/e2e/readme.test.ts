@@ -205,7 +205,7 @@ describe('The admin key', () => {
       expect(listed).not.toContain(acmeKey);
       const row = listed.split('\n').find((l) => l.includes(`${acmeKey.slice(0, 12)}…`));
       expect(row, listed).toMatch(/^key_\w+ +acme +kiln_sk_\w{4}… +standard +member/);
-      expect(listed).toMatch(/ acme +kiln_sk_\w{4}… +free +admin +ci /);
+      expect(listed).toMatch(/ acme +kiln_sk_\w{4}… +free +member +ci /);
       const id = (row as string).split(' ')[0] as string;
 
       expect(await ok(fill(update, { 'key_0193…': id }))).toContain('rpm=60 tokens-per-day=2000000');
