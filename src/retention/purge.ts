@@ -1,3 +1,4 @@
+import { setImmediate } from 'node:timers/promises';
 import type { Logger } from 'pino';
 import type { FileService } from '../files/service.js';
 import type { Store } from '../store/index.js';
@@ -14,6 +15,19 @@ export const IDEMPOTENCY_KEPT_MS = 86_400_000;
 export const ORPHAN_SWEEP_EVERY_MS = 86_400_000;
 /** Jobs looked at a step when the first pass dates expiries: only those dated otherwise are written. */
 const REDATE_STEP = 256;
+/** `<jobs.retention ms>@<Unix ms>`: the retention the last dating pass used, and when it began. */
+const DATED_SETTING = 'jobs.retention_dated';
+/**
+ * Longer than any job waits and runs (queue TTL and run limit: two hours at most): a job that ended
+ * after a pass began was created less than this before it.
+ */
+const LONGEST_JOB_MS = 86_400_000;
+
+/** The smallest job id (UUIDv7) of a job created at `ms` or later. */
+const firstIdAt = (ms: number) => {
+  const hex = Math.max(0, ms).toString(16).padStart(12, '0');
+  return `${hex.slice(0, 8)}-${hex.slice(8)}-0000-0000-000000000000`;
+};
 /**
  * The youngest a stored file with no row may be and still be swept: a file is written before its
  * row, so with a tiny `jobs.retention` the sweep must not race a save in progress.
@@ -122,18 +136,26 @@ export class Purger {
   }
 
   /**
-   * Dates every terminal job's expiry by this process's `jobs.retention`: one pass over the jobs at
-   * each start, writing only those dated otherwise. At every start, not only when the value changes:
-   * restarted one by one, processes still on the old value go on dating jobs by it meanwhile, and
-   * the last of them to restart must date those too. Answers how many jobs changed.
+   * Dates terminal jobs' expiry by this process's `jobs.retention`, writing only those dated
+   * otherwise: every job when the last pass used another value (or none ran), else only the jobs
+   * created since a day before that pass began. Restarted one by one, processes still on an old
+   * value go on dating the jobs they end by it; the next start with the new value dates those.
+   * Steps of 256 jobs, each let go of the event loop (SQLite's run synchronously). Answers how
+   * many jobs changed.
    */
   async #redate(): Promise<number> {
+    const retention = this.settings.jobsKeptMs;
+    const began = Date.now();
+    const [value, at] = ((await this.store.settings.get(DATED_SETTING)) ?? '').split('@');
+    const since = Number(value) === retention && at ? firstIdAt(Number(at) - LONGEST_JOB_MS) : '';
     let changed = 0;
-    for (let after: string | undefined = ''; after !== undefined; ) {
-      const step = await this.store.retention.redate(this.settings.jobsKeptMs, after, REDATE_STEP);
+    for (let after: string | undefined = since; after !== undefined; ) {
+      const step = await this.store.retention.redate(retention, after, REDATE_STEP);
       changed += step.changed;
       after = step.last;
+      await setImmediate();
     }
+    await this.store.settings.set(DATED_SETTING, `${retention}@${began}`);
     return changed;
   }
 }

@@ -270,6 +270,27 @@ for (const storeCase of storeCases) {
       expect(left).toEqual([]);
     });
 
+    it('dating many jobs by a new retention lets the event loop run between its steps', async () => {
+      const { store, runtime } = kiln.server;
+      const orgId = (await store.orgs.byName('retention'))?.id as string;
+      const finishedAt = Date.now();
+      for (let i = 0; i < 600; i++)
+        await store.driver.run(
+          `INSERT INTO jobs (id, org_id, key_id, kind, mode, status, request, result, max_attempts,
+             queue_deadline, run_limit_ms, created_at, finished_at, expires_at)
+           VALUES (?, ?, 'key', 'chat.completion', 'async', 'completed', '{"model":"m"}', '{}', 1, ?, 1000, ?, ?, ?)`,
+          [uuidv7(), orgId, finishedAt, finishedAt, finishedAt, finishedAt + 3000],
+        );
+      // SQLite runs each step synchronously: without a pause between steps, nothing else would.
+      let turns = 0;
+      const counting = setInterval(() => turns++, 0);
+      const longer = new Purger(store, runtime.files, { ...SETTINGS, jobsKeptMs: 7_200_000 }, silent);
+      const purged = await longer.purge();
+      clearInterval(counting);
+      expect(purged.redated).toBeGreaterThanOrEqual(600);
+      expect(turns).toBeGreaterThanOrEqual(2);
+    });
+
     // Last: it dates every job in the store by other retentions than the server's.
     it('a changed jobs.retention holds for jobs that ended before it, longer or shorter; a deleted job stays expired', async () => {
       const { store, runtime } = kiln.server;

@@ -10,6 +10,14 @@ export class SettingsRepository {
     return row?.value;
   }
 
+  /** Stores `value`, replacing the setting's value if it has one. */
+  async set(name: string, value: string): Promise<void> {
+    await this.db.run(
+      'INSERT INTO settings (name, value) VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET value = excluded.value',
+      [name, value],
+    );
+  }
+
   /**
    * Stores `value` unless the setting exists, and answers the value in force. When several processes
    * race, one insert wins (the others' DO NOTHING waits for it to commit) and all read the winner's value.
