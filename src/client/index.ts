@@ -255,6 +255,8 @@ export class KilnClient {
   readonly #apiKey: string;
   readonly #fetch: typeof fetch;
   readonly #unreachableHint: string;
+  /** Whether the gateway has answered this client yet: until it has, no answer means a wrong address. */
+  #answered = false;
 
   constructor(options: ClientOptions) {
     this.#baseUrl = options.baseUrl.replace(/\/+$/, '');
@@ -294,15 +296,14 @@ export class KilnClient {
         // A poll only reads, so a failed one is safe to send again (a gateway restarting, a rolling upgrade).
         let failingSince: number | undefined;
         let retries = 0;
-        // Until something has answered, no answer at all is more likely a wrong address than a restart.
-        let answered = false;
         for (;;) {
           let job: Job;
           try {
             job = await jobs.get(id);
           } catch (error) {
-            if (error instanceof KilnApiError) answered = true;
-            if (!isTransient(error) || !answered) throw error;
+            // Until the gateway has answered this client (the submission that made the job counts),
+            // no answer at all is more likely a wrong address than a restart.
+            if (!isTransient(error) || !this.#answered) throw error;
             failingSince ??= Date.now();
             const giveUpAt = Math.min(failingSince + (options.retryMs ?? 60_000), deadline);
             const delay = Math.min(retryDelay(error, retries++), giveUpAt - Date.now());
@@ -311,7 +312,6 @@ export class KilnClient {
             await pause(delay);
             continue;
           }
-          answered = true;
           failingSince = undefined;
           retries = 0;
           if (TERMINAL_STATUSES.includes(job.status)) return job;
@@ -433,7 +433,9 @@ export class KilnClient {
   /** fetch, with "no answer at all" thrown as a GatewayUnreachableError naming the URL and what to check. */
   async #request(url: URL | string, init: RequestInit): Promise<Response> {
     try {
-      return await this.#fetch(url, init);
+      const response = await this.#fetch(url, init);
+      this.#answered = true;
+      return response;
     } catch (error) {
       let gateway = false;
       try {

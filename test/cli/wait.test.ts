@@ -2,6 +2,7 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import { KilnClient } from '../../src/client/index.js';
 import { kiln } from '../helpers/cli.js';
 import { callGateway } from '../helpers/http.js';
 import { closedPort } from '../helpers/ports.js';
@@ -126,5 +127,46 @@ describe('kiln jobs wait against a gateway answering 503', () => {
     expect(waited.code).toBe(1);
     expect(waited.stderr).toContain('nothing is listening there');
     expect(waited.stderr).not.toContain('trying again');
+  });
+});
+
+describe('the client: a gateway that goes away right after it accepted a job', () => {
+  it('chat.submit then jobs.wait rides out the restart: the submission answered, so the address is right', async () => {
+    const port = await closedPort();
+    const job = { id: 'chatcmpl-1', object: 'job', kind: 'chat', created: 1, started_at: 1 };
+    const answering = (polls: () => Record<string, unknown>) =>
+      createServer((request, response) => {
+        response.writeHead(request.method === 'POST' ? 202 : 200, { 'content-type': 'application/json' });
+        response.end(
+          JSON.stringify(
+            request.method === 'POST'
+              ? {
+                  id: 'chatcmpl-1',
+                  object: 'chat.completion.async',
+                  status: 'queued',
+                  polling_url: '/v1/jobs/1',
+                  created: 1,
+                }
+              : polls(),
+          ),
+        );
+      });
+    const listen = (server: Server) =>
+      new Promise<void>((resolve) => server.listen(port, '127.0.0.1', resolve));
+    const first = answering(() => ({ ...job, status: 'running' }));
+    await listen(first);
+    const client = new KilnClient({ baseUrl: `http://127.0.0.1:${port}`, apiKey: 'kiln_sk_any' });
+    const submitted = await client.chat.submit({ model: 'm', messages: [{ role: 'user', content: 'hi' }] });
+    first.closeAllConnections();
+    await new Promise((resolve) => first.close(resolve));
+    // Down for a while, then back with the job done.
+    const second = answering(() => ({ ...job, status: 'completed', finished_at: 2, result: { ok: true } }));
+    setTimeout(() => void listen(second), 1500);
+    try {
+      const done = await client.jobs.wait(submitted.id, { intervalMs: 100 });
+      expect(done.status).toBe('completed');
+    } finally {
+      await new Promise((resolve) => second.close(resolve));
+    }
   });
 });
