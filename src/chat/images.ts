@@ -1,6 +1,6 @@
 import type { ChatMessage } from '../engines/types.js';
 import { validationError } from '../errors.js';
-import { loadImage } from '../media/inputs.js';
+import { CHAT_IMAGE_FORMATS, loadImage } from '../media/inputs.js';
 import type { OutboundPolicy } from '../net/policy.js';
 
 /** What Kiln needs to fetch a message's images itself: the outbound policy and the size cap. */
@@ -66,7 +66,7 @@ export async function inlineMessageImages(
   for (const { part, field } of imageParts(messages, 'messages')) {
     const url = urlOf(part);
     if (typeof url !== 'string' || /^data:/i.test(url)) continue;
-    const image = await loadImage(url, field, fetching.policy, fetching.maxBytes, signal);
+    const image = await loadImage(url, field, fetching.policy, fetching.maxBytes, signal, CHAT_IMAGE_FORMATS);
     fetched.set(part, `data:${image.contentType};base64,${image.data.toString('base64')}`);
   }
   if (fetched.size === 0) return [...messages];

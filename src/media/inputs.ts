@@ -9,7 +9,23 @@ export interface ImageInput {
   contentType: string;
 }
 
-const FORMATS: Record<string, string> = { png: 'image/png', jpeg: 'image/jpeg', webp: 'image/webp' };
+/** Image formats taken, by sharp's name: its content type, and its name in an error. */
+export type ImageFormats = Record<string, { type: string; name: string }>;
+
+/** What ComfyUI's image loader takes. */
+const FORMATS: ImageFormats = {
+  png: { type: 'image/png', name: 'PNG' },
+  jpeg: { type: 'image/jpeg', name: 'JPEG' },
+  webp: { type: 'image/webp', name: 'WebP' },
+};
+
+/** What OpenAI's chat models take: the same and GIF. */
+export const CHAT_IMAGE_FORMATS: ImageFormats = { ...FORMATS, gif: { type: 'image/gif', name: 'GIF' } };
+
+const named = (formats: ImageFormats) => {
+  const names = Object.values(formats).map((f) => f.name);
+  return `${names.slice(0, -1).join(', ')} or ${names.at(-1)}`;
+};
 
 function refuse(field: string, rule: string, message: string, extra: Partial<ErrorDetail> = {}): never {
   throw validationError([{ field, rule, message, ...extra }]);
@@ -27,13 +43,13 @@ export const MAX_INPUT_PIXELS = 50_000_000;
  * header with the rest cut off reads as an image but fails the job later, in the runner); answers
  * its content type.
  */
-async function imageType(data: Buffer, field: string): Promise<string> {
+async function imageType(data: Buffer, field: string, formats = FORMATS): Promise<string> {
   let size = { width: 0, height: 0 };
   try {
     // The header alone first: what a decode would cost is known before one starts.
     const { format, width = 0, height = 0 } = await sharp(data, { limitInputPixels: false }).metadata();
     size = { width, height };
-    const type = format ? FORMATS[format] : undefined;
+    const type = format ? formats[format]?.type : undefined;
     if (type && width * height <= MAX_INPUT_PIXELS) {
       await sharp(data, { failOn: 'truncated', limitInputPixels: MAX_INPUT_PIXELS }).stats();
       return type;
@@ -48,7 +64,7 @@ async function imageType(data: Buffer, field: string): Promise<string> {
       { limit: MAX_INPUT_PIXELS, received: pixels },
     );
   }
-  return refuse(field, 'image', `${field} does not decode as a PNG, JPEG or WebP image`);
+  return refuse(field, 'image', `${field} does not decode as a ${named(formats)} image`);
 }
 
 /** The longest `data:` URI taken, whatever `files.max_input_bytes` says (about 21 MB decoded). */
@@ -102,10 +118,11 @@ export async function loadImage(
   policy: OutboundPolicy,
   maxBytes: number,
   signal: AbortSignal,
+  formats = FORMATS,
 ): Promise<ImageInput> {
   if (ref.startsWith('data:')) {
     const data = decodeDataUri(ref, field, maxBytes);
-    return { data, contentType: await imageType(data, field) };
+    return { data, contentType: await imageType(data, field, formats) };
   }
   const agent = createOutboundAgent(policy, { headersTimeout: 30_000, bodyTimeout: 30_000 });
   try {
@@ -127,7 +144,7 @@ export async function loadImage(
       chunks.push(chunk as Buffer);
     }
     const data = Buffer.concat(chunks);
-    return { data, contentType: await imageType(data, field) };
+    return { data, contentType: await imageType(data, field, formats) };
   } finally {
     await agent.close();
   }

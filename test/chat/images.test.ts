@@ -1,7 +1,15 @@
+import { execFileSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
+import { createServer as createHttpsServer, type Server as HttpsServer } from 'node:https';
 import { type AddressInfo, createServer as createTcpServer, type Server as TcpServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import sharp from 'sharp';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestDns, type TestDns } from '../helpers/dns.js';
+import { callGateway } from '../helpers/http.js';
+import { type KilnProcess, processWorld, startServerProcess } from '../helpers/process.js';
 import { startTestServer, type TestServer } from '../helpers/server.js';
 import { storeCases } from '../helpers/stores.js';
 
@@ -148,5 +156,131 @@ describe('images in chat and Responses requests', () => {
     expect(answer.body.error.code).toBe('inference-failed');
     expect(imageConnections).toBeGreaterThan(connections);
     expect(asked.length).toBe(engineCalls);
+  });
+});
+
+/**
+ * The whole way, with a real TLS image server: the gateway (a child process trusting the test's
+ * certificate authority through NODE_EXTRA_CA_CERTS) fetches the image and the engine gets it as a
+ * `data:` URI, GIF included, as OpenAI's chat models take it.
+ */
+describe('images in chat requests, fetched over https', () => {
+  const world = processWorld(storeCases[0] as (typeof storeCases)[0], 'kiln-chat-images-');
+  const dir = mkdtempSync(path.join(tmpdir(), 'kiln-chat-images-tls-'));
+  let dns: TestDns;
+  let engine: Server;
+  let images: HttpsServer;
+  let gateway: KilnProcess & { url: string };
+  const asked: Array<{ messages: Array<{ content: unknown }> }> = [];
+  const served = new Map<string, Buffer>();
+
+  beforeAll(async () => {
+    execFileSync(
+      'openssl',
+      [
+        'req',
+        '-x509',
+        '-newkey',
+        'rsa:2048',
+        '-nodes',
+        '-days',
+        '1',
+        '-subj',
+        '/CN=img.test',
+        '-addext',
+        'subjectAltName=DNS:img.test',
+        '-keyout',
+        path.join(dir, 'key.pem'),
+        '-out',
+        path.join(dir, 'cert.pem'),
+      ],
+      { stdio: 'ignore' },
+    );
+    served.set(
+      '/cat.png',
+      await sharp({ create: { width: 8, height: 8, channels: 3, background: '#c60' } })
+        .png()
+        .toBuffer(),
+    );
+    served.set(
+      '/cat.gif',
+      await sharp({ create: { width: 8, height: 8, channels: 3, background: '#06c' } })
+        .gif()
+        .toBuffer(),
+    );
+    images = createHttpsServer(
+      { key: readFileSync(path.join(dir, 'key.pem')), cert: readFileSync(path.join(dir, 'cert.pem')) },
+      (request, response) => {
+        const body = served.get(request.url ?? '');
+        response.writeHead(body ? 200 : 404, { 'content-type': 'application/octet-stream' });
+        response.end(body);
+      },
+    );
+    await new Promise<void>((resolve) => images.listen(0, '127.0.0.1', resolve));
+    engine = createServer((request, response) => {
+      let text = '';
+      request.setEncoding('utf8').on('data', (piece: string) => {
+        text += piece;
+      });
+      request.on('end', () => {
+        if (request.url === '/v1/chat/completions') asked.push(JSON.parse(text));
+        response.writeHead(200, { 'content-type': 'application/json' });
+        response.end(JSON.stringify(request.url === '/v1/chat/completions' ? COMPLETION : { data: [] }));
+      });
+    });
+    await new Promise<void>((resolve) => engine.listen(0, '127.0.0.1', resolve));
+    dns = await startTestDns({ 'img.test': ['127.0.0.1'] });
+    const configFile = path.join(dir, 'kiln.yaml');
+    const engineUrl = `http://127.0.0.1:${(engine.address() as AddressInfo).port}`;
+    writeFileSync(
+      configFile,
+      JSON.stringify({
+        engines: { up: { serves: 'unique', replicas: [engineUrl], models: { m: 'up-model' } } },
+      }),
+    );
+    gateway = await startServerProcess(
+      world.env({
+        KILN_CONFIG: configFile,
+        KILN_SECURITY_ALLOW_HOSTS: '127.0.0.1',
+        KILN_SECURITY_DNS_SERVERS: dns.server,
+        NODE_EXTRA_CA_CERTS: path.join(dir, 'cert.pem'),
+      }),
+    );
+  }, 30_000);
+  afterAll(async () => {
+    await world.cleanup();
+    await dns?.close();
+    engine?.closeAllConnections();
+    await new Promise((resolve) => engine?.close(resolve));
+    await new Promise((resolve) => images?.close(resolve));
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it.each([
+    ['a PNG, object form', '/cat.png', (url: string) => ({ url, detail: 'high' }), 'image/png'],
+    ['a GIF, string form', '/cat.gif', (url: string) => url, 'image/gif'],
+  ])('%s: the engine gets the bytes as a data: URI, never the URL', async (_, file, form, type) => {
+    const url = `https://img.test:${(images.address() as AddressInfo).port}${file}`;
+    const answer = await callGateway(gateway.url, world.adminKey(), 'POST', '/v1/chat/completions', {
+      model: 'm',
+      messages: [
+        {
+          role: 'user',
+          content: [
+            { type: 'text', text: 'what is this?' },
+            { type: 'image_url', image_url: form(url) },
+          ],
+        },
+      ],
+    });
+    expect(answer.status, JSON.stringify(answer.body)).toBe(200);
+    const content = (asked.at(-1)?.messages.at(-1)?.content ?? []) as Array<{
+      image_url: { url: string; detail?: string };
+    }>;
+    const part = content[1];
+    expect(part?.image_url.url).toBe(
+      `data:${type};base64,${(served.get(file) as Buffer).toString('base64')}`,
+    );
+    expect(JSON.stringify(asked.at(-1))).not.toContain('img.test');
   });
 });
