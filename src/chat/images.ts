@@ -40,16 +40,18 @@ function* imageParts(messages: readonly ChatMessage[], field: string) {
 export async function checkMessageImages(
   messages: readonly ChatMessage[],
   policy: OutboundPolicy,
-  field = 'messages',
 ): Promise<void> {
-  for (const { part, field: where } of imageParts(messages, field)) {
-    const url = urlOf(part);
-    if (typeof url !== 'string' || url === '') {
-      throw validationError([{ field: where, rule: 'required', message: `${where} needs a url` }]);
-    }
-    if (/^data:image\//i.test(url)) continue;
-    await policy.checkUrl(url, where, { schemes: ['https:'] });
+  for (const { part, field } of imageParts(messages, 'messages'))
+    await checkImageUrl(urlOf(part), field, policy);
+}
+
+/** One image reference of a chat or Responses request, by the rules above. */
+export async function checkImageUrl(url: unknown, field: string, policy: OutboundPolicy): Promise<void> {
+  if (typeof url !== 'string' || url === '') {
+    throw validationError([{ field, rule: 'required', message: `${field} needs a url` }]);
   }
+  if (/^data:image\//i.test(url)) return;
+  await policy.checkUrl(url, field, { schemes: ['https:'] });
 }
 
 /**

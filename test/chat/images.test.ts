@@ -118,12 +118,14 @@ describe('images in chat and Responses requests', () => {
     },
   );
 
-  it('Responses: an input_image at a metadata address is refused the same way', async () => {
+  it('Responses: an input_image at a metadata address is refused the same way, naming its input item', async () => {
     const jobs = await jobCount();
     const answer = await kiln.call('POST', '/v1/responses', {
       body: {
         model: 'm',
         input: [
+          { type: 'function_call', call_id: 'c1', name: 'look', arguments: '{}' },
+          { type: 'function_call_output', call_id: 'c1', output: 'a cat' },
           {
             role: 'user',
             content: [
@@ -135,7 +137,7 @@ describe('images in chat and Responses requests', () => {
       },
     });
     expect(answer.status, JSON.stringify(answer.body)).toBe(400);
-    expect(JSON.stringify(answer.body.error)).toContain('image_url');
+    expect(answer.body.error.param).toBe('input[2].content[1].image_url');
     expect(await jobCount()).toBe(jobs);
   });
 
