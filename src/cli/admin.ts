@@ -107,7 +107,10 @@ export function adminCommands(program: Command): void {
     .addOption(
       new Option('--tier <tier>', 'rate and model tier').choices(['free', 'standard']).default('standard'),
     )
-    .option('--admin', "give the key the admin role: the operator's, over every organisation, not only --org's")
+    .option(
+      '--admin',
+      "give the key the admin role: the operator's, over every organisation, not only --org's",
+    )
     .option('--name <label>', 'a label to recognise the key by in `kiln keys list`')
     .action(
       async (
