@@ -45,8 +45,23 @@ export async function checkMessageImages(
     await checkImageUrl(urlOf(part), field, policy);
 }
 
+/** The same for a Responses request's input items: `input_image` parts, named by their own item. */
+export async function checkInputImages(
+  items: ReadonlyArray<Record<string, unknown>>,
+  policy: OutboundPolicy,
+): Promise<void> {
+  for (const [i, item] of items.entries()) {
+    const parts = Array.isArray(item.content) ? (item.content as Array<Record<string, unknown>>) : [];
+    for (const [j, part] of parts.entries()) {
+      if (part?.type === 'input_image') {
+        await checkImageUrl(part.image_url, `input[${i}].content[${j}].image_url`, policy);
+      }
+    }
+  }
+}
+
 /** One image reference of a chat or Responses request, by the rules above. */
-export async function checkImageUrl(url: unknown, field: string, policy: OutboundPolicy): Promise<void> {
+async function checkImageUrl(url: unknown, field: string, policy: OutboundPolicy): Promise<void> {
   if (typeof url !== 'string' || url === '') {
     throw validationError([{ field, rule: 'required', message: `${field} needs a url` }]);
   }

@@ -4,7 +4,7 @@ import type { AppDeps } from '../api/app.js';
 import { checkModelAndContexts, routeOf } from '../api/chat.js';
 import { streamJob } from '../api/stream.js';
 import { checkWebhook, submitJob } from '../api/submit.js';
-import { checkImageUrl } from '../chat/images.js';
+import { checkInputImages } from '../chat/images.js';
 import { parseDuration } from '../config/schema.js';
 import { KilnError, notFound, validationError } from '../errors.js';
 import type { JobKind } from '../jobs/kinds.js';
@@ -105,14 +105,7 @@ export function responseRoutes(app: FastifyInstance, deps: AppDeps): void {
       problems.throwIfAny();
       const contexts = body.contexts ?? [];
       await checkModelAndContexts(deps, orgId, body.model, contexts);
-      for (const [i, item] of resolved.entries()) {
-        const parts = Array.isArray(item.content) ? (item.content as Array<Record<string, unknown>>) : [];
-        for (const [j, part] of parts.entries()) {
-          if (part?.type === 'input_image') {
-            await checkImageUrl(part.image_url, `input[${i}].content[${j}].image_url`, deps.policy);
-          }
-        }
-      }
+      await checkInputImages(resolved, deps.policy);
       let previous: string | null = null;
       if (body.previous_response_id) {
         const prior = await find(orgId, body.previous_response_id, 'previous_response_id');

@@ -30,30 +30,38 @@ const COMPLETION = {
   usage: { prompt_tokens: 5, completion_tokens: 2, total_tokens: 7 },
 };
 
+type Asked = { messages: Array<{ content: unknown }> };
+
+/** The engine: records each chat request it is asked in `asked`, answers one completion. */
+async function startEngine(asked: Asked[]): Promise<Server> {
+  const engine = createServer((request, response) => {
+    let text = '';
+    request.setEncoding('utf8').on('data', (piece: string) => {
+      text += piece;
+    });
+    request.on('end', () => {
+      if (request.url === '/v1/chat/completions') asked.push(JSON.parse(text));
+      response.writeHead(200, { 'content-type': 'application/json' });
+      response.end(JSON.stringify(request.url === '/v1/chat/completions' ? COMPLETION : { data: [] }));
+    });
+  });
+  await new Promise<void>((resolve) => engine.listen(0, '127.0.0.1', resolve));
+  return engine;
+}
+
 describe('images in chat and Responses requests', () => {
   let kiln: TestServer;
   let dns: TestDns;
   /** The engine: records what it is asked, answers one completion. */
   let engine: Server;
-  const asked: Array<{ messages: Array<{ content: unknown }> }> = [];
+  const asked: Asked[] = [];
   /** Where `img.test` points: counts the connections Kiln makes to fetch an image. */
   let imageHost: TcpServer;
   let imageConnections = 0;
   let imagePort: number;
 
   beforeAll(async () => {
-    engine = createServer((request, response) => {
-      let text = '';
-      request.setEncoding('utf8').on('data', (piece: string) => {
-        text += piece;
-      });
-      request.on('end', () => {
-        if (request.url === '/v1/chat/completions') asked.push(JSON.parse(text));
-        response.writeHead(200, { 'content-type': 'application/json' });
-        response.end(JSON.stringify(request.url === '/v1/chat/completions' ? COMPLETION : { data: [] }));
-      });
-    });
-    await new Promise<void>((resolve) => engine.listen(0, '127.0.0.1', resolve));
+    engine = await startEngine(asked);
     // Not TLS: the fetch Kiln makes fails, which is all these tests need to see it was Kiln's.
     imageHost = createTcpServer((socket) => {
       imageConnections++;
@@ -173,7 +181,7 @@ describe('images in chat requests, fetched over https', () => {
   let engine: Server;
   let images: HttpsServer;
   let gateway: KilnProcess & { url: string };
-  const asked: Array<{ messages: Array<{ content: unknown }> }> = [];
+  const asked: Asked[] = [];
   const served = new Map<string, Buffer>();
 
   beforeAll(async () => {
@@ -219,18 +227,7 @@ describe('images in chat requests, fetched over https', () => {
       },
     );
     await new Promise<void>((resolve) => images.listen(0, '127.0.0.1', resolve));
-    engine = createServer((request, response) => {
-      let text = '';
-      request.setEncoding('utf8').on('data', (piece: string) => {
-        text += piece;
-      });
-      request.on('end', () => {
-        if (request.url === '/v1/chat/completions') asked.push(JSON.parse(text));
-        response.writeHead(200, { 'content-type': 'application/json' });
-        response.end(JSON.stringify(request.url === '/v1/chat/completions' ? COMPLETION : { data: [] }));
-      });
-    });
-    await new Promise<void>((resolve) => engine.listen(0, '127.0.0.1', resolve));
+    engine = await startEngine(asked);
     dns = await startTestDns({ 'img.test': ['127.0.0.1'] });
     const configFile = path.join(dir, 'kiln.yaml');
     const engineUrl = `http://127.0.0.1:${(engine.address() as AddressInfo).port}`;
