@@ -18,6 +18,8 @@ export const errorCatalogue = {
   'job-already-terminal': { status: 409, type: 'conflict_error' },
   'idempotency-key-in-progress': { status: 409, type: 'conflict_error' },
   'job-expired': { status: 410, type: 'not_found_error' },
+  'context-exists': { status: 412, type: 'conflict_error' },
+  'context-changed': { status: 412, type: 'conflict_error' },
   'idempotency-key-reused': { status: 422, type: 'invalid_request_error' },
   'request-too-large': { status: 413, type: 'invalid_request_error' },
   'context-too-large': { status: 413, type: 'invalid_request_error' },

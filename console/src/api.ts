@@ -12,6 +12,8 @@ export class ApiError extends Error {
     readonly status: number,
     readonly code: string,
     message: string,
+    /** The whole answer: some errors attach fields beside `error` (a refused save's `context`). */
+    readonly body?: Record<string, unknown>,
   ) {
     super(message);
   }
@@ -37,7 +39,12 @@ function failure(
     keyRejected();
   }
   const error = envelope?.error ?? {};
-  return new ApiError(status, error.code ?? 'error', error.message ?? `HTTP ${status}`);
+  return new ApiError(
+    status,
+    error.code ?? 'error',
+    error.message ?? `HTTP ${status}`,
+    envelope as Record<string, unknown> | undefined,
+  );
 }
 
 /** A JSON call; a non-2xx answer throws ApiError with the envelope's code and message. */
@@ -46,8 +53,9 @@ export async function api<T = unknown>(
   path: string,
   body?: unknown,
   key = storedKey(),
+  extraHeaders: Record<string, string> = {},
 ): Promise<T> {
-  const headers: Record<string, string> = { accept: 'application/json' };
+  const headers: Record<string, string> = { ...extraHeaders, accept: 'application/json' };
   if (key) headers.authorization = `Bearer ${key}`;
   if (body !== undefined) headers['content-type'] = 'application/json';
   const response = await fetch(path, {

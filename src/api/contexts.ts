@@ -1,7 +1,7 @@
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import type { Config } from '../config/schema.js';
 import { ContextRef, ListContextsQuery, SaveContextBody } from '../contexts/schemas.js';
-import { OrgContexts } from '../contexts/service.js';
+import { etagOf, OrgContexts } from '../contexts/service.js';
 import type { Store } from '../store/index.js';
 import { assertValid } from './validation.js';
 
@@ -21,8 +21,14 @@ export function contextRoutes(app: FastifyInstance, deps: { store: Store; config
     '/api/v1/contexts',
     { schema: { body: SaveContextBody } },
     async (request, reply) => {
-      const { context, created } = await contextsOf(request).save(request.body);
-      return reply.status(created ? 201 : 200).send(context);
+      const { context, created } = await contextsOf(request).save(request.body, {
+        ifNoneMatch: request.headers['if-none-match'],
+        ifMatch: request.headers['if-match'],
+      });
+      return reply
+        .status(created ? 201 : 200)
+        .header('etag', etagOf(context))
+        .send(context);
     },
   );
 
@@ -32,7 +38,10 @@ export function contextRoutes(app: FastifyInstance, deps: { store: Store; config
     async (request) => contextsOf(request).list(request.query),
   );
 
-  app.get('/api/v1/contexts/*', async (request) => contextsOf(request).get(refOf(request)));
+  app.get('/api/v1/contexts/*', async (request, reply) => {
+    const context = await contextsOf(request).get(refOf(request));
+    return reply.header('etag', etagOf(context)).send(context);
+  });
 
   app.delete('/api/v1/contexts/*', async (request) => contextsOf(request).delete(refOf(request)));
 }

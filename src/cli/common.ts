@@ -45,6 +45,8 @@ export function clientFromEnv(env: NodeJS.ProcessEnv = process.env): KilnClient 
 
 /** What to check when the gateway answered with an error that suggests the wrong gateway or key. */
 function answerHint(error: KilnApiError): string | undefined {
+  if (error.body.code === 'context-exists')
+    return 'leave out --new to replace it, or save it under another name';
   if (!error.url) return undefined;
   const origin = new URL(error.url).origin;
   if (error.status === 401) {

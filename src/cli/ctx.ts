@@ -8,6 +8,7 @@ interface SaveOptions {
   fromClipboard?: boolean;
   file?: string;
   description?: string;
+  new?: boolean;
 }
 
 async function readStdin(): Promise<string> {
@@ -82,13 +83,17 @@ export function ctxCommands(program: Command): void {
     .option('--from-clipboard', 'take the content from the clipboard')
     .option('--file <path>', 'take the content from a file')
     .option('--description <text>', 'a one-line description')
+    .option('--new', 'create only: refuse, and keep the stored one, when the name exists')
     .action(async (options: SaveOptions) => {
       const content = await contentOf(options);
-      const { context, created } = await clientFromEnv().contexts.save({
-        name: options.name,
-        content,
-        ...(options.description === undefined ? {} : { description: options.description }),
-      });
+      const { context, created } = await clientFromEnv().contexts.save(
+        {
+          name: options.name,
+          content,
+          ...(options.description === undefined ? {} : { description: options.description }),
+        },
+        options.new ? { ifNoneMatch: '*' } : {},
+      );
       process.stdout.write(
         `${created ? 'saved' : 'replaced'} ${context.id} '${context.name}' (${context.size_bytes} bytes, version ${context.version}), shared with your organisation\n`,
       );

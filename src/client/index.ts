@@ -1,6 +1,12 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { ListContextsQuery, SaveContextBody } from '../contexts/schemas.js';
-import type { ContextList, ContextRecord, ContextsPort, ContextWithContent } from '../contexts/service.js';
+import type {
+  ContextList,
+  ContextRecord,
+  ContextsPort,
+  ContextWithContent,
+  SavePrecondition,
+} from '../contexts/service.js';
 import type { ErrorBody } from '../errors.js';
 import type { JOB_STATUSES, ListJobsQuery } from '../jobs/schemas.js';
 import {
@@ -208,6 +214,9 @@ export interface ClientOptions {
 }
 
 /** A typed client for Kiln's HTTP API; the CLI and `kiln mcp` use it, and so can anyone. */
+/** A call's options: a submission's, and headers of the call's own (a save's preconditions). */
+type CallOptions = SubmitOptions & { headers?: Record<string, string> };
+
 export class KilnClient {
   readonly contexts: ContextsPort;
   readonly chat: {
@@ -264,8 +273,13 @@ export class KilnClient {
     this.#fetch = options.fetch ?? fetch;
     this.#unreachableHint = options.unreachableHint ?? '';
     this.contexts = {
-      save: async (body: SaveContextBody) => {
-        const { status, data } = await this.#call<ContextRecord>('POST', '/api/v1/contexts', body);
+      save: async (body: SaveContextBody, precondition: SavePrecondition = {}) => {
+        const headers: Record<string, string> = {};
+        if (precondition.ifNoneMatch !== undefined) headers['if-none-match'] = precondition.ifNoneMatch;
+        if (precondition.ifMatch !== undefined) headers['if-match'] = precondition.ifMatch;
+        const { status, data } = await this.#call<ContextRecord>('POST', '/api/v1/contexts', body, {
+          headers,
+        });
         return { context: data, created: status === 201 };
       },
       get: async (idOrName: string) =>
@@ -450,8 +464,8 @@ export class KilnClient {
     }
   }
 
-  async #send(method: string, path: string, body?: unknown, options: SubmitOptions = {}): Promise<Response> {
-    const headers: Record<string, string> = { authorization: `Bearer ${this.#apiKey}` };
+  async #send(method: string, path: string, body?: unknown, options: CallOptions = {}): Promise<Response> {
+    const headers: Record<string, string> = { ...options.headers, authorization: `Bearer ${this.#apiKey}` };
     if (body !== undefined) headers['content-type'] = 'application/json';
     if (options.idempotencyKey !== undefined) headers['idempotency-key'] = options.idempotencyKey;
     return this.#request(`${this.#baseUrl}${path}`, {
@@ -487,7 +501,7 @@ export class KilnClient {
     method: string,
     path: string,
     body?: unknown,
-    options: SubmitOptions = {},
+    options: CallOptions = {},
   ): Promise<{ status: number; data: T }> {
     const response = await this.#send(method, path, body, options);
     const text = await response.text();

@@ -71,6 +71,15 @@ export const RATE_HEADERS = Object.fromEntries(
   ]),
 );
 
+/** An answer with an `ETag` header: by default a context's, its id and version. */
+const withEtag = <T extends object>(
+  answer: T,
+  what = 'the context’s id and version, e.g. `"ctx_….3"`',
+): T => ({
+  ...answer,
+  headers: { ...(answer as { headers?: object }).headers, etag: text(what) },
+});
+
 /** A refusal by a rate limit or budget: its envelope names every limit broken. */
 const RateLimited = {
   ...R.ErrorEnvelope,
@@ -206,22 +215,43 @@ const OPERATIONS: Record<string, Operation> = {
       signature: Type.Optional(text('a signed URL’s signature')),
     }),
     responses: {
-      200: R.FileContent,
-      206: { ...R.FileContent, description: 'the requested range' },
-      304: { ...R.NoContent, description: 'not modified (If-None-Match)' },
+      200: withEtag(R.FileContent, 'the content’s SHA-256, quoted'),
+      206: withEtag(
+        { ...R.FileContent, description: 'the requested range' },
+        'the content’s SHA-256, quoted',
+      ),
+      304: withEtag(
+        { ...R.NoContent, description: 'not modified (If-None-Match)' },
+        'the content’s SHA-256, quoted',
+      ),
       default: R.ErrorEnvelope,
     },
   },
   'POST /api/v1/contexts': {
     summary: 'Save a context: create it (201) or replace it as a new version (200)',
-    responses: { 200: R.ContextSaved, 201: R.ContextSaved, default: R.ErrorEnvelope },
+    description:
+      'With `If-None-Match: *` it only creates; with `If-Match` it only replaces the version whose ETag is given, so a save never overwrites a teammate’s change unseen. A refused save is 412, with the context as it stands.',
+    headers: Type.Object({
+      'If-None-Match': Type.Optional(text('`*`: create only; 412 `context-exists` when the name is taken')),
+      'If-Match': Type.Optional(
+        text(
+          'ETags (`"ctx_….3"`, from a save or fetch) or `*`: replace only that version (any, for `*`); else 412 `context-changed`',
+        ),
+      ),
+    }),
+    responses: {
+      200: withEtag(R.ContextSaved),
+      201: withEtag(R.ContextSaved),
+      412: R.ContextConflict,
+      default: R.ErrorEnvelope,
+    },
   },
   'GET /api/v1/contexts': { summary: 'List contexts, without content', responses: ok(R.ContextList) },
   'GET /api/v1/contexts/*': {
     summary: 'Fetch one context, with content',
     description: 'The id (`ctx_…`) or the name; a name may hold `/`, encoded or not.',
     wildcard: { name: 'id_or_name', schema: ContextRef },
-    responses: ok(R.ContextWithContent),
+    responses: ok(withEtag(R.ContextWithContent)),
   },
   'DELETE /api/v1/contexts/*': {
     summary: 'Delete one context',

@@ -77,6 +77,11 @@ const Context = Type.Object({
   created_by: Type.String(),
 });
 export const ContextSaved = json(Context, 'the context, without its content');
+/** A conditional save refused: the envelope, and the context as it stands when there is one. */
+export const ContextConflict = json(
+  Type.Intersect([ErrorEnvelope, Type.Object({ context: Type.Optional(Context) })]),
+  'the save’s precondition did not hold (`context-exists`, `context-changed`); nothing was saved',
+);
 export const ContextWithContent = json(
   Type.Composite([Context, Type.Object({ content: Type.String() })]),
   'the context with its content',

@@ -22,6 +22,18 @@ const RESOURCE_SCHEME = 'kiln-context://';
 /** MCP's JSON-RPC error code for a resource that does not exist. */
 const RESOURCE_NOT_FOUND = -32002;
 
+const SaveContextArgs = Type.Object(
+  {
+    ...SaveContextBody.properties,
+    create_only: Type.Optional(
+      Type.Boolean({
+        description:
+          'true: save only if no context has this name; an existing one is kept and the call fails',
+      }),
+    ),
+  },
+  { additionalProperties: false },
+);
 const GetArgs = Type.Object({ id_or_name: ContextRef }, { additionalProperties: false });
 const DeleteArgs = GetArgs;
 
@@ -41,9 +53,10 @@ const tools = new Map<string, Tool<TSchema>>(
   Object.entries({
     save_context: tool({
       description:
-        "Save a named text blob to the organisation's shared context store. Saving an existing name replaces its content and bumps its version.",
-      schema: SaveContextBody,
-      run: (contexts, args) => contexts.save(args),
+        "Save a named text blob to the organisation's shared context store. Saving an existing name replaces its content and bumps its version, unless `create_only` is true.",
+      schema: SaveContextArgs,
+      run: (contexts, { create_only, ...body }) =>
+        contexts.save(body, create_only ? { ifNoneMatch: '*' } : {}),
     }),
     get_context: tool({
       description: 'Fetch a context, with its content, by id (ctx_…) or name.',

@@ -147,6 +147,20 @@ describe('kiln ctx against a running gateway', () => {
     expect(await contentOnServer('piped')).toBe(second);
   });
 
+  it('save --new creates, and refuses to replace an existing context, keeping it and saying why', async () => {
+    const created = await ctx(['ctx', 'save', '--new', '--name', 'fresh'], { input: 'first\n' });
+    expect([created.code, created.stderr]).toEqual([0, '']);
+    expect(created.stdout).toMatch(/^saved ctx_\w+ 'fresh' \(6 bytes, version 1\)/);
+
+    const again = await ctx(['ctx', 'save', '--new', '--name', 'fresh'], { input: 'second\n' });
+    expect(again.code).toBe(1);
+    expect(again.stdout).toBe('');
+    expect(again.stderr).toMatch(
+      /^kiln: context-exists \(HTTP 412\): a context named 'fresh' exists already \(version 1, ETag "ctx_\w+\.1", saved [^)]+\)\. Nothing was saved\.\n {2}leave out --new to replace it, or save it under another name\n$/,
+    );
+    expect(await contentOnServer('fresh')).toBe('first\n');
+  });
+
   it('save refuses a file or piped input that is not UTF-8, saying so, and stores nothing', async () => {
     // "café" in Latin-1: its é is no UTF-8. Decoded leniently it would be stored as "caf\uFFFD".
     const latin1 = Buffer.from('café\n', 'latin1');

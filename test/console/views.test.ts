@@ -222,6 +222,42 @@ describe.skipIf(!browserCheck.available)('the console when things go wrong or ru
     await context.close();
   });
 
+  it('asks before an edit replaces a version a teammate saved meanwhile', async () => {
+    const write = (content: string) =>
+      rig.call('POST', '/api/v1/contexts', rig.adminKey, { name: 'team/oncall', content });
+    expect((await write('Rota: Ana, Ben.')).status).toBe(201);
+    const { context, page } = await rig.signedIn((await memberKey('editor')).key);
+    await page.goto(`${rig.base}/console#/contexts`);
+    // Earlier tests filled the first page: find it by its prefix.
+    await page.getByLabel('Names starting with').fill('team/on');
+    await page.getByRole('button', { name: 'team/oncall' }).click();
+    await page.getByRole('button', { name: 'Edit' }).click();
+    await page.getByLabel('Content').fill('Rota: Ana, Ben, Cy.');
+    // A teammate saves while this edit is open.
+    expect((await write('Rota: Ben, Dee.')).status).toBe(200);
+    await page.getByRole('button', { name: 'Save' }).click();
+    await page.getByRole('alert').filter({ hasText: 'it is at version 2 now' }).waitFor();
+    const theirs = await rig.call('GET', '/api/v1/contexts/team/oncall', rig.adminKey);
+    expect(theirs.body).toMatchObject({ version: 2, content: 'Rota: Ben, Dee.' });
+
+    await page.getByRole('button', { name: 'Replace team/oncall' }).click();
+    await page.getByRole('status').filter({ hasText: 'Saved team/oncall, version 3.' }).waitFor();
+    const mine = await rig.call('GET', '/api/v1/contexts/team/oncall', rig.adminKey);
+    expect(mine.body).toMatchObject({ version: 3, content: 'Rota: Ana, Ben, Cy.' });
+
+    // Deleted while an edit is open: the save says so, and saving again creates it anew.
+    await page.getByRole('button', { name: 'Edit' }).click();
+    await page.getByLabel('Content').fill('Rota: nobody.');
+    await rig.call('DELETE', '/api/v1/contexts/team/oncall', rig.adminKey);
+    await page.getByRole('button', { name: 'Save' }).click();
+    await page.getByRole('alert').filter({ hasText: "no context named 'team/oncall' exists now" }).waitFor();
+    await page.getByRole('button', { name: 'Save' }).click();
+    await page.getByRole('status').filter({ hasText: 'Saved team/oncall, version 1.' }).waitFor();
+    const reborn = await rig.call('GET', '/api/v1/contexts/team/oncall', rig.adminKey);
+    expect(reborn.body).toMatchObject({ version: 1, content: 'Rota: nobody.' });
+    await context.close();
+  });
+
   it('charts every day of the last 30, with or without jobs', async () => {
     await settled(await chatJob('usage today'));
     const { context, page } = await rig.signedIn(rig.adminKey);

@@ -31,9 +31,9 @@ type OpenApiOperation = {
 };
 
 /** Request headers of the API's own (not HTTP's plumbing): a caller must learn them from the document. */
-const API_REQUEST_HEADERS = ['idempotency-key', 'prefer', 'range', 'if-none-match'];
+const API_REQUEST_HEADERS = ['idempotency-key', 'prefer', 'range', 'if-none-match', 'if-match'];
 /** Answer headers of the API's own: where they come, the document must say so. */
-const API_ANSWER_HEADERS = /^(location|retry-after|retry-after-ms|x-ratelimit-.*)$/;
+const API_ANSWER_HEADERS = /^(location|retry-after|retry-after-ms|etag|x-ratelimit-.*)$/;
 
 const HTTP_METHODS = ['get', 'put', 'post', 'delete', 'options', 'patch', 'trace'];
 const DOCUMENT_ID = 'https://kiln.invalid/openapi.json';
@@ -603,11 +603,25 @@ describe('the OpenAPI document, against the live server', () => {
     });
     expect([replaced.status, replaced.body.version]).toEqual([200, 2]);
     expect((await documented(route, '/api/v1/contexts', { body: { name: 'x' } })).status).toBe(400);
+    // Conditional saves: create only, replace only the version read; each refusal is a 412.
+    const body = { name: 'team/style', content: 'Be briefest.' };
+    const taken = await documented(route, '/api/v1/contexts', { body, headers: { 'if-none-match': '*' } });
+    expect([taken.status, taken.body.context?.version]).toEqual([412, 2]);
+    const stale = await documented(route, '/api/v1/contexts', {
+      body,
+      headers: { 'if-match': saved.headers.get('etag') as string },
+    });
+    expect([stale.status, stale.body.error.code]).toEqual([412, 'context-changed']);
+    const current = await documented(route, '/api/v1/contexts', {
+      body,
+      headers: { 'if-match': replaced.headers.get('etag') as string },
+    });
+    expect([current.status, current.body.version]).toEqual([200, 3]);
 
     expect((await documented('GET /api/v1/contexts', '/api/v1/contexts')).body.data).toHaveLength(1);
     expect((await documented('GET /api/v1/contexts', '/api/v1/contexts?limit=0')).status).toBe(400);
     const one = 'GET /api/v1/contexts/{id_or_name}';
-    expect((await documented(one, '/api/v1/contexts/team/style')).body.content).toBe('Be briefer.');
+    expect((await documented(one, '/api/v1/contexts/team/style')).body.content).toBe('Be briefest.');
     expect((await documented(one, `/api/v1/contexts/${saved.body.id}`)).body.name).toBe('team/style');
     expect((await documented(one, '/api/v1/contexts/team%2Fnowhere')).status).toBe(404);
     const remove = 'DELETE /api/v1/contexts/{id_or_name}';

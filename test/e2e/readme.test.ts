@@ -550,10 +550,8 @@ describe('The CLI', () => {
     'npx kiln ctx save -c',
     `kiln ctx: save (-c, clipboard, file, stdin), get, list, rm${clipboard.available ? '' : ' (no clipboard here: its lines answer as the README says, no display)'}`,
     async (ex) => {
-      const [saveC, saveClipboard, saveFile, saveStdin, getClipboard, getStdout, list, rm] = commandsOf(
-        ex,
-        8,
-      );
+      const [saveC, saveClipboard, saveFile, saveNew, saveStdin, getClipboard, getStdout, list, rm] =
+        commandsOf(ex, 9);
       const display = xvfb ? `DISPLAY=${xvfb.display} ` : '';
 
       expect(await ok(saveC)).toMatch(
@@ -575,6 +573,12 @@ describe('The CLI', () => {
       expect(await ok(saveFile)).toMatch(
         new RegExp(`^saved ctx_\\w+ 'limits' \\(${limitsBytes} bytes, version 1\\)`, 'm'),
       );
+      const refusedNew = await sh(saveNew);
+      expect(refusedNew.code).toBe(1);
+      expect(refusedNew.stderr).toMatch(
+        /^kiln: context-exists \(HTTP 412\): a context named 'limits' exists/,
+      );
+      expect((await api('/api/v1/contexts/limits')).body.size_bytes).toBe(limitsBytes);
       expect(await ok(saveStdin)).toMatch(/^saved ctx_\w+ 'preamble' \(31 bytes, version 1\)/m);
       if (xvfb) {
         await ok(`${display}${getClipboard}`);

@@ -212,6 +212,33 @@ describe('MCP over Streamable HTTP (/mcp)', () => {
     );
   });
 
+  it('with create_only, saves a new context but never replaces a teammate’s', async () => {
+    const mine = await connectHttp(acme);
+    const teammate = await connectHttp(acmeToo);
+    const first = await ok<{ context: ContextRecord; created: boolean }>(mine, 'save_context', {
+      name: 'only-once',
+      content: 'the original',
+      create_only: true,
+    });
+    expect(first).toMatchObject({ created: true, context: { version: 1 } });
+    const error = await fails(teammate, 'save_context', {
+      name: 'only-once',
+      content: 'an agent’s rewrite',
+      create_only: true,
+    });
+    expect(error.code).toBe('context-exists');
+    expect(error.message).toContain("a context named 'only-once' exists already (version 1");
+    expect((await ok<ContextWithContent>(mine, 'get_context', { id_or_name: 'only-once' })).content).toBe(
+      'the original',
+    );
+    const replaced = await ok(teammate, 'save_context', {
+      name: 'only-once',
+      content: 'replaced',
+      create_only: false,
+    });
+    expect(replaced).toMatchObject({ created: false, context: { version: 2 } });
+  });
+
   it('answers bad tool input with validation-failed and details, not a protocol error', async () => {
     const client = await connectHttp(acme);
     const cases: Array<{ tool: string; args: Record<string, unknown>; field: string; rule: string }> = [
@@ -394,9 +421,6 @@ describe('MCP over stdio (kiln mcp)', () => {
     expect(error.details?.map((d) => d.field).sort()).toEqual(['content', 'name']);
   });
 
-  // KNOWN BUG, hence `it.fails`: over stdio the tools run on KilnClient, whose errors are KilnApiError,
-  // and failure() in src/mcp/server.ts only unwraps KilnError, so these come back as 'internal-error'.
-  // Fix: `error instanceof KilnError || error instanceof KilnApiError` there; then make this `it`.
   it('passes the gateway’s own error codes through', async () => {
     expect(await fails(client, 'get_context', { id_or_name: 'stdio/missing' })).toMatchObject({
       code: 'not-found',
@@ -406,5 +430,15 @@ describe('MCP over stdio (kiln mcp)', () => {
       content: 'x'.repeat(MAX_BYTES + 1),
     });
     expect(error).toMatchObject({ code: 'context-too-large' });
+    await ok(client, 'save_context', { name: 'stdio/once', content: 'kept', create_only: true });
+    const taken = await fails(client, 'save_context', {
+      name: 'stdio/once',
+      content: 'lost?',
+      create_only: true,
+    });
+    expect(taken).toMatchObject({ code: 'context-exists', param: 'If-None-Match' });
+    expect((await server.call('GET', '/api/v1/contexts/stdio/once', { key: acme })).body.content).toBe(
+      'kept',
+    );
   });
 });

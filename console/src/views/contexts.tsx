@@ -1,5 +1,5 @@
 import { useState } from 'preact/hooks';
-import { api, type Session, when } from '../api.js';
+import { ApiError, api, type Session, when } from '../api.js';
 import { usePoll } from '../hooks.js';
 import { Pages } from './pages.js';
 
@@ -15,13 +15,21 @@ interface Context {
 
 const utf8Bytes = (text: string) => new TextEncoder().encode(text).length;
 
-/** A context being written: `existing` is the version a new context's name already has, once found. */
+/**
+ * A context being written. `base` is the ETag of the version it replaces (an edit's, or the one a
+ * refused save found); without one, a save creates only. `existing` is that version, once a save
+ * was refused for it: the form then asks before replacing it.
+ */
 interface Draft {
   name: string;
   content: string;
   isNew: boolean;
-  existing?: number;
+  base?: string;
+  existing?: Context;
 }
+
+/** A context's ETag, as the API gives it: its id and version. */
+const etagOf = (c: Pick<Context, 'id' | 'version'>) => `"${c.id}.${c.version}"`;
 
 /** The organisation's contexts: search by prefix, view, create, edit (a new version), delete. */
 export function ContextsView({ session }: { session: Session }) {
@@ -62,20 +70,15 @@ export function ContextsView({ session }: { session: Session }) {
     if (!editing) return;
     setError(undefined);
     try {
-      // A new context must not quietly replace a teammate's: say so, and save only when asked again.
-      if (editing.isNew && editing.existing === undefined) {
-        // A name sorts first among the names it starts: asked this way, a free name is no 404.
-        const same = await api<{ data: Context[] }>(
-          'GET',
-          `/api/v1/contexts?${new URLSearchParams({ prefix: editing.name, limit: '1' })}`,
-        );
-        const existing = same.data.find((c) => c.name === editing.name);
-        if (existing) return setEditing({ ...editing, existing: existing.version });
-      }
-      const saved = await api<Context>('POST', '/api/v1/contexts', {
-        name: editing.name,
-        content: editing.content,
-      });
+      // Never a teammate's work replaced unseen: a new context is created only, an edit replaces only
+      // the version it started from, and a refusal shows what is there and asks before replacing it.
+      const saved = await api<Context>(
+        'POST',
+        '/api/v1/contexts',
+        { name: editing.name, content: editing.content },
+        undefined,
+        editing.base ? { 'if-match': editing.base } : { 'if-none-match': '*' },
+      );
       // The saved version, shown at once with the content just sent: reading it back would show the
       // version before it, beside this notice, until the read came back.
       setOpen({ ...saved, content: editing.content });
@@ -84,6 +87,15 @@ export function ContextsView({ session }: { session: Session }) {
       setNotice(`Saved ${saved.name}, version ${saved.version}.`);
       list.refresh();
     } catch (caught) {
+      const current = caught instanceof ApiError && caught.status === 412 ? caught.body?.context : undefined;
+      if (current) {
+        const existing = current as Context;
+        return setEditing({ ...editing, base: etagOf(existing), existing });
+      }
+      // Deleted since the edit began: saving again creates it anew.
+      if (caught instanceof ApiError && caught.code === 'context-changed') {
+        setEditing({ ...editing, base: undefined, existing: undefined });
+      }
       setError((caught as Error).message);
     }
   };
@@ -178,7 +190,14 @@ export function ContextsView({ session }: { session: Session }) {
               <pre class="content">{open.content}</pre>
               <button
                 type="button"
-                onClick={() => setEditing({ name: open.name, content: open.content ?? '', isNew: false })}
+                onClick={() =>
+                  setEditing({
+                    name: open.name,
+                    content: open.content ?? '',
+                    isNew: false,
+                    base: etagOf(open),
+                  })
+                }
               >
                 Edit
               </button>{' '}
@@ -205,7 +224,12 @@ export function ContextsView({ session }: { session: Session }) {
                     pattern="[A-Za-z0-9._\/\-]+"
                     value={editing.name}
                     onInput={(e) =>
-                      setEditing({ ...editing, name: e.currentTarget.value, existing: undefined })
+                      setEditing({
+                        ...editing,
+                        name: e.currentTarget.value,
+                        base: undefined,
+                        existing: undefined,
+                      })
                     }
                   />
                 </>
@@ -220,14 +244,22 @@ export function ContextsView({ session }: { session: Session }) {
               <p class={size > cap ? 'over' : ''}>
                 {size} of {cap} bytes{size > cap ? ': too large to save' : ''}
               </p>
-              {editing.existing !== undefined && (
-                <p role="alert">
-                  A context named {editing.name} already exists (version {editing.existing}). Replacing it
-                  makes your text its version {editing.existing + 1}; or choose another name.
-                </p>
-              )}
+              {editing.existing &&
+                (editing.isNew ? (
+                  <p role="alert">
+                    A context named {editing.name} already exists (version {editing.existing.version}).
+                    Replacing it makes your text its version {editing.existing.version + 1}; or choose another
+                    name.
+                  </p>
+                ) : (
+                  <p role="alert">
+                    {editing.name} has changed since you began this edit: it is at version{' '}
+                    {editing.existing.version} now, saved {when(editing.existing.updated_at)}. Replacing it
+                    makes your text its version {editing.existing.version + 1}; Cancel keeps theirs.
+                  </p>
+                ))}
               <button type="submit" disabled={size > cap}>
-                {editing.existing === undefined ? 'Save' : `Replace ${editing.name}`}
+                {editing.existing ? `Replace ${editing.name}` : 'Save'}
               </button>{' '}
               <button type="button" onClick={() => setEditing(null)}>
                 Cancel

@@ -14,6 +14,17 @@ export interface SaveContext {
   createdBy: string;
 }
 
+/**
+ * What must hold for a save to happen: no context of that name (`If-None-Match: *`), one
+ * (`If-Match: *`), or one whose id and version are among `tags` (`If-Match` with ETags).
+ */
+export type SaveCondition =
+  | { kind: 'absent' }
+  | { kind: 'present' }
+  | { kind: 'match'; tags: ReadonlyArray<{ id: string; version: number }> };
+
+type Saved = { context: ContextMeta; created: boolean };
+
 /** A context is addressed by its id (`ctx_…`) or by its name; names never start with `ctx_`. */
 const column = (idOrName: string) => (idOrName.startsWith('ctx_') ? 'id' : 'name');
 
@@ -22,20 +33,29 @@ export class ContextRepository {
 
   /**
    * Creates the context or replaces the content of the one with the same name, in one statement so
-   * concurrent saves cannot lose a version. A description left out keeps the one stored.
+   * concurrent saves cannot lose a version. A description left out keeps the one stored. With a
+   * condition, in one statement too: `absent` creates only, `present` replaces only, `match`
+   * replaces only the context of one of these ids at that version; undefined when it does not hold.
    */
-  async save(input: SaveContext): Promise<{ context: ContextMeta; created: boolean }> {
+  async save(input: SaveContext): Promise<Saved>;
+  async save(input: SaveContext, condition: SaveCondition | undefined): Promise<Saved | undefined>;
+  async save(input: SaveContext, condition?: SaveCondition): Promise<Saved | undefined> {
     const now = Date.now();
-    const context = (await this.db.get<ContextMeta>(
+    if (condition && condition.kind !== 'absent') return this.#replace(input, condition, now);
+    const context = await this.db.get<ContextMeta>(
       `INSERT INTO contexts (id, org_id, name, description, content, size_bytes, sha256, version, created_at, updated_at, created_by)
        VALUES (?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?)
-       ON CONFLICT (org_id, name) DO UPDATE SET
+       ON CONFLICT (org_id, name) DO ${
+         condition
+           ? 'NOTHING'
+           : `UPDATE SET
          description = COALESCE(excluded.description, contexts.description),
          content = excluded.content,
          size_bytes = excluded.size_bytes,
          sha256 = excluded.sha256,
          version = contexts.version + 1,
-         updated_at = excluded.updated_at
+         updated_at = excluded.updated_at`
+       }
        RETURNING ${META}`,
       [
         newId('ctx'),
@@ -49,8 +69,41 @@ export class ContextRepository {
         now,
         input.createdBy,
       ],
-    )) as ContextMeta;
-    return { context, created: context.version === 1 };
+    );
+    return context && { context, created: context.version === 1 };
+  }
+
+  async #replace(
+    input: SaveContext,
+    condition: Exclude<SaveCondition, { kind: 'absent' }>,
+    now: number,
+  ): Promise<Saved | undefined> {
+    const tags = condition.kind === 'match' ? condition.tags : [];
+    if (condition.kind === 'match' && tags.length === 0) return undefined;
+    const matching =
+      tags.length > 0 ? ` AND (${tags.map(() => '(id = ? AND version = ?)').join(' OR ')})` : '';
+    const context = await this.db.get<ContextMeta>(
+      `UPDATE contexts SET
+         description = COALESCE(?, description),
+         content = ?,
+         size_bytes = ?,
+         sha256 = ?,
+         version = version + 1,
+         updated_at = ?
+       WHERE org_id = ? AND name = ?${matching}
+       RETURNING ${META}`,
+      [
+        input.description,
+        input.content,
+        input.sizeBytes,
+        input.sha256,
+        now,
+        input.orgId,
+        input.name,
+        ...tags.flatMap((tag) => [tag.id, tag.version]),
+      ],
+    );
+    return context && { context, created: false };
   }
 
   async get(orgId: string, idOrName: string): Promise<Context | undefined> {
