@@ -57,7 +57,9 @@ export const etagOf = (context: { id: string; version: number }): string =>
   `"${context.id}.${context.version}"`;
 
 const ETAG = /^(W\/)?"([\x21\x23-\x7e]*)"$/;
-const OURS = /^(ctx_[0-9a-f]{32})\.([1-9][0-9]{0,14})$/;
+const OURS = /^(ctx_[0-9a-f]{32})\.([1-9][0-9]{0,9})$/;
+/** The highest version a context can reach: `contexts.version` is a 32-bit integer on PostgreSQL. */
+const MAX_VERSION = 2_147_483_647;
 
 function badHeader(header: string, message: string, received: string): KilnError {
   return validationError([{ field: header, rule: 'precondition', message, received }]);
@@ -97,7 +99,9 @@ export function saveCondition(precondition: SavePrecondition = {}): SaveConditio
     }
     // A weak tag never matches (If-Match compares strongly); another gateway's tag names no context here.
     const ours = tag[1] ? undefined : OURS.exec(tag[2] as string);
-    if (ours) tags.push({ id: ours[1] as string, version: Number(ours[2]) });
+    // Past the highest version, a tag names no context (and PostgreSQL would refuse the number).
+    if (ours && Number(ours[2]) <= MAX_VERSION)
+      tags.push({ id: ours[1] as string, version: Number(ours[2]) });
   }
   return { kind: 'match', tags };
 }

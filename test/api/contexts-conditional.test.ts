@@ -67,6 +67,11 @@ for (const storeCase of storeCases) {
       expect([listed.status, listed.body.version]).toEqual([200, 3]);
       const any = await save(bob, 'schema', 'bob again', { 'if-match': '*' });
       expect([any.status, any.body.version]).toEqual([200, 4]);
+      // A version no context can reach (past PostgreSQL's 32-bit integer) matches nothing, on both stores.
+      for (const version of ['2147483648', '99999999999', '9999999999999999999']) {
+        const far = await save(alice, 'schema', 'far', { 'if-match': `"${first.body.id}.${version}"` });
+        expect([far.status, far.body.error?.code], version).toEqual([412, 'context-changed']);
+      }
       // A weak ETag never matches (If-Match compares strongly).
       const weak = await save(alice, 'schema', 'weak', { 'if-match': `W/"${first.body.id}.4"` });
       expect(weak.status).toBe(412);
