@@ -4,7 +4,7 @@
 // the next few thousand requests cost up to four times the CPU until it is compiled again
 // (bench/quiet.ts). --max-semi-space-size=64: a young generation that may grow to 64 MB a half,
 // so that a burst of requests' objects die young instead of being copied into the old generation;
-// sync requests cost about a tenth less CPU. The image's entrypoint and `npm start` pass the same
+// sync requests cost 4–11 % less CPU. The image's entrypoint and `npm start` pass the same
 // options; docs/operations.md says why.
 import { main } from '../dist/cli/main.js';
 
