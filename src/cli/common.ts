@@ -121,6 +121,18 @@ export function table(rows: string[][]): string {
 export const isoTime = (ms: number | null) =>
   ms === null ? '-' : new Date(ms).toISOString().slice(0, 19).replace('T', ' ');
 
+/**
+ * The bytes as text, refused when they are not UTF-8: replacing the bad bytes with U+FFFD would save
+ * corrupted text (the HTTP API refuses such a body for the same reason). A BOM is kept, as sent.
+ */
+export function utf8(bytes: Uint8Array, what: string): string {
+  try {
+    return new TextDecoder('utf-8', { fatal: true, ignoreBOM: true }).decode(bytes);
+  } catch {
+    throw new UsageError(`${what} is not UTF-8 text; convert it first (iconv -t UTF-8)`);
+  }
+}
+
 /** What to do when a command finds no store where the configuration points. */
 export const NO_STORE_FIX =
   'run the command where `kiln serve` runs, or point KILN_DATA_DIR, KILN_STORE_URL or --config at its store';

@@ -1,6 +1,7 @@
 import { readFile } from 'node:fs/promises';
 import type { Command } from 'commander';
-import { clientFromEnv, isoTime, table, UsageError } from './common.js';
+import { clientFromEnv, isoTime, table, UsageError, utf8 } from './common.js';
+import { ctxEditCommand } from './ctx-edit.js';
 
 interface SaveOptions {
   name: string;
@@ -15,18 +16,6 @@ async function readStdin(): Promise<string> {
   const chunks: Buffer[] = [];
   for await (const chunk of process.stdin) chunks.push(chunk as Buffer);
   return utf8(Buffer.concat(chunks), 'the piped input');
-}
-
-/**
- * The bytes as text, refused when they are not UTF-8: replacing the bad bytes with U+FFFD would save
- * corrupted text (the HTTP API refuses such a body for the same reason). A BOM is kept, as sent.
- */
-function utf8(bytes: Uint8Array, what: string): string {
-  try {
-    return new TextDecoder('utf-8', { fatal: true, ignoreBOM: true }).decode(bytes);
-  } catch {
-    throw new UsageError(`${what} is not UTF-8 text; convert it first (iconv -t UTF-8)`);
-  }
 }
 
 /** Exactly one source of content: -c, --from-clipboard, --file, or piped stdin. */
@@ -98,6 +87,8 @@ export function ctxCommands(program: Command): void {
         `${created ? 'saved' : 'replaced'} ${context.id} '${context.name}' (${context.size_bytes} bytes, version ${context.version}), shared with your organisation\n`,
       );
     });
+
+  ctxEditCommand(ctx);
 
   ctx
     .command('get [id-or-name]')

@@ -548,10 +548,10 @@ describe('The CLI', () => {
   example(
     'The CLI',
     'npx kiln ctx save -c',
-    `kiln ctx: save (-c, clipboard, file, stdin), get, list, rm${clipboard.available ? '' : ' (no clipboard here: its lines answer as the README says, no display)'}`,
+    `kiln ctx: save (-c, clipboard, file, stdin), get, edit, list, rm${clipboard.available ? '' : ' (no clipboard here: its lines answer as the README says, no display)'}`,
     async (ex) => {
-      const [saveC, saveClipboard, saveFile, saveNew, saveStdin, getClipboard, getStdout, list, rm] =
-        commandsOf(ex, 9);
+      const [saveC, saveClipboard, saveFile, saveNew, saveStdin, getClipboard, getStdout, edit, list, rm] =
+        commandsOf(ex, 10);
       const display = xvfb ? `DISPLAY=${xvfb.display} ` : '';
 
       expect(await ok(saveC)).toMatch(
@@ -591,6 +591,11 @@ describe('The CLI', () => {
         );
       }
       expect(await ok(getStdout)).toBe('Use British spelling.');
+      // The reader's editor, here one that makes its change without a terminal.
+      expect(await ok(`EDITOR='sed -i s/short/brief/' ${edit}`)).toMatch(
+        /^replaced ctx_\w+ 'preamble' \(31 bytes, version 2\)$/m,
+      );
+      expect((await api('/api/v1/contexts/preamble')).body.content).toBe('Answer in one brief paragraph.\n');
       const names = (await ok(list))
         .split('\n')
         .slice(1)
