@@ -69,6 +69,8 @@ export class KilnApiError extends Error {
     readonly url?: string,
     /** Seconds the answer asked the client to wait before trying again (Retry-After), when it said. */
     readonly retryAfter?: number,
+    /** What the answer carried beside its error (a 412's `context`, a failed job's `job`). */
+    readonly attached?: Record<string, unknown>,
   ) {
     super(body.message);
     this.name = 'KilnApiError';
@@ -482,7 +484,10 @@ export class KilnClient {
    */
   async #fail(response: Response, text: string): Promise<never> {
     const data = parseJson(text);
-    const error = (data as { error?: unknown } | undefined)?.error;
+    const { error, ...attached } = (typeof data === 'object' && data !== null ? data : {}) as Record<
+      string,
+      unknown
+    >;
     throw new KilnApiError(
       response.status,
       isErrorBody(error)
@@ -494,6 +499,7 @@ export class KilnClient {
           },
       response.url ? shownUrl(response.url) : undefined,
       retryAfterOf(response),
+      isErrorBody(error) && Object.keys(attached).length > 0 ? attached : undefined,
     );
   }
 

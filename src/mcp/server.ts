@@ -15,7 +15,7 @@ import { assertValid } from '../api/validation.js';
 import { GatewayUnreachableError, KilnApiError } from '../client/index.js';
 import { ContextRef, ListContextsQuery, SaveContextBody } from '../contexts/schemas.js';
 import type { ContextsPort } from '../contexts/service.js';
-import { KilnError } from '../errors.js';
+import { KilnError, validationError } from '../errors.js';
 import { VERSION } from '../version.js';
 
 const RESOURCE_SCHEME = 'kiln-context://';
@@ -29,6 +29,13 @@ const SaveContextArgs = Type.Object(
       Type.Boolean({
         description:
           'true: save only if no context has this name; an existing one is kept and the call fails',
+      }),
+    ),
+    if_match: Type.Optional(
+      Type.String({
+        pattern: '^ctx_[0-9a-f]{32}\\.[1-9][0-9]{0,9}$',
+        description:
+          'the `etag` that get_context or save_context answered: replace the context only if it is still that version. Should someone have saved it since, nothing is saved and the call fails with context-changed and the current version: read it again and redo the edit on it',
       }),
     ),
   },
@@ -45,6 +52,9 @@ interface Tool<S extends TSchema> {
 
 const tool = <S extends TSchema>(t: Tool<S>) => t as unknown as Tool<TSchema>;
 
+/** A context version's tag for `if_match`: its HTTP ETag without the quotes, which JSON would escape. */
+const versionTag = (context: { id: string; version: number }) => `${context.id}.${context.version}`;
+
 /**
  * The context store as MCP tools. Inputs are the same schemas the HTTP API validates with. A Map,
  * so a tool name such as `__proto__` or `toString` finds nothing rather than Object's prototype.
@@ -53,15 +63,36 @@ const tools = new Map<string, Tool<TSchema>>(
   Object.entries({
     save_context: tool({
       description:
-        "Save a named text blob to the organisation's shared context store. Saving an existing name replaces its content and bumps its version, unless `create_only` is true.",
+        "Save a named text blob to the organisation's shared context store. Saving an existing name replaces its content and bumps its version, unless `create_only` is true. To edit a shared context, pass the `etag` you read it with as `if_match`, so that a teammate's newer version is never replaced.",
       schema: SaveContextArgs,
-      run: (contexts, { create_only, ...body }) =>
-        contexts.save(body, create_only ? { ifNoneMatch: '*' } : {}),
+      run: async (contexts, { create_only, if_match, ...body }) => {
+        if (create_only && if_match !== undefined) {
+          throw validationError([
+            {
+              field: 'if_match',
+              rule: 'conflict',
+              message:
+                'create_only saves a new context and if_match replaces a version of one: give one of them',
+            },
+          ]);
+        }
+        const precondition = create_only
+          ? { ifNoneMatch: '*' }
+          : if_match !== undefined
+            ? { ifMatch: `"${if_match}"` }
+            : {};
+        const saved = await contexts.save(body, precondition);
+        return { ...saved, etag: versionTag(saved.context) };
+      },
     }),
     get_context: tool({
-      description: 'Fetch a context, with its content, by id (ctx_…) or name.',
+      description:
+        "Fetch a context, with its content, by id (ctx_…) or name. Its `etag` names this version, for save_context's `if_match`.",
       schema: GetArgs,
-      run: (contexts, args) => contexts.get(args.id_or_name),
+      run: async (contexts, args) => {
+        const context = await contexts.get(args.id_or_name);
+        return { ...context, etag: versionTag(context) };
+      },
     }),
     list_contexts: tool({
       description:
@@ -84,8 +115,11 @@ function failure(error: unknown): CallToolResult {
     error instanceof KilnError || error instanceof KilnApiError || error instanceof GatewayUnreachableError
       ? error
       : new KilnError('internal-error', 'the tool failed unexpectedly; the gateway logs say why');
-  // The same envelope as HTTP, `param` included.
-  return { isError: true, content: [{ type: 'text', text: JSON.stringify(errorEnvelope(known)) }] };
+  // The same envelope as HTTP, `param` included, and what HTTP attaches beside it (a 412's `context`).
+  const attached =
+    known instanceof KilnError ? known.attach : known instanceof KilnApiError ? known.attached : undefined;
+  const envelope = { ...attached, ...errorEnvelope(known) };
+  return { isError: true, content: [{ type: 'text', text: JSON.stringify(envelope) }] };
 }
 
 /**

@@ -239,6 +239,78 @@ describe('MCP over Streamable HTTP (/mcp)', () => {
     expect(replaced).toMatchObject({ created: false, context: { version: 2 } });
   });
 
+  it('with if_match, replaces only the version it read, never a teammate’s newer one', async () => {
+    const mine = await connectHttp(acme);
+    const teammate = await connectHttp(acmeToo);
+    const first = await ok<{ context: ContextRecord; etag: string }>(mine, 'save_context', {
+      name: 'shared/plan',
+      content: 'step 1',
+    });
+    expect(first.etag).toBe(`${first.context.id}.1`);
+    const read = await ok<ContextWithContent & { etag: string }>(mine, 'get_context', {
+      id_or_name: 'shared/plan',
+    });
+    expect(read.etag).toBe(`${first.context.id}.1`);
+
+    // A teammate saves while the agent works on what it read.
+    await ok(teammate, 'save_context', { name: 'shared/plan', content: 'step 1\nstep 2 (teammate)' });
+    const error = await fails(mine, 'save_context', {
+      name: 'shared/plan',
+      content: 'step 1\nstep 2 (agent)',
+      if_match: read.etag,
+    });
+    expect(error.code).toBe('context-changed');
+    expect(error.message).toContain(
+      "context 'shared/plan' is not the version this save was based on: it is at version 2",
+    );
+    // The current record comes with the error, as HTTP's 412 attaches it.
+    const raw = await callTool(mine, 'save_context', {
+      name: 'shared/plan',
+      content: 'x',
+      if_match: read.etag,
+    });
+    expect(JSON.parse(textOf(raw)).context).toMatchObject({ id: first.context.id, version: 2 });
+    expect((await ok<ContextWithContent>(mine, 'get_context', { id_or_name: 'shared/plan' })).content).toBe(
+      'step 1\nstep 2 (teammate)',
+    );
+
+    // Read again, redo the edit on it: saved over that version.
+    const fresh = await ok<{ etag: string }>(mine, 'get_context', { id_or_name: 'shared/plan' });
+    const saved = await ok<{ context: ContextRecord; etag: string }>(mine, 'save_context', {
+      name: 'shared/plan',
+      content: 'step 1\nstep 2 (teammate)\nstep 3 (agent)',
+      if_match: fresh.etag,
+    });
+    expect(saved).toMatchObject({ created: false, context: { version: 3 }, etag: `${first.context.id}.3` });
+
+    // A tag of another context, or of a context since deleted and re-created, matches nothing.
+    const other = await ok<{ etag: string }>(mine, 'save_context', { name: 'other', content: 'x' });
+    expect(
+      (await fails(mine, 'save_context', { name: 'shared/plan', content: 'y', if_match: other.etag })).code,
+    ).toBe('context-changed');
+    await ok(mine, 'delete_context', { id_or_name: 'other' });
+    await ok(teammate, 'save_context', { name: 'other', content: 're-created' });
+    expect(
+      (await fails(mine, 'save_context', { name: 'other', content: 'z', if_match: other.etag })).code,
+    ).toBe('context-changed');
+    expect((await ok<ContextWithContent>(mine, 'get_context', { id_or_name: 'other' })).content).toBe(
+      're-created',
+    );
+
+    for (const [args, rule] of [
+      [{ if_match: saved.etag, create_only: true }, 'conflict'],
+      [{ if_match: `"${saved.etag}"` }, 'pattern'],
+      [{ if_match: '*' }, 'pattern'],
+    ] as const) {
+      const refused = await fails(mine, 'save_context', { name: 'shared/plan', content: 'nope', ...args });
+      expect(refused.code, JSON.stringify(args)).toBe('validation-failed');
+      expect(refused.details?.[0], JSON.stringify(args)).toMatchObject({ field: 'if_match', rule });
+    }
+    expect((await ok<ContextWithContent>(mine, 'get_context', { id_or_name: 'shared/plan' })).version).toBe(
+      3,
+    );
+  });
+
   it('answers bad tool input with validation-failed and details, not a protocol error', async () => {
     const client = await connectHttp(acme);
     const cases: Array<{ tool: string; args: Record<string, unknown>; field: string; rule: string }> = [
@@ -384,7 +456,24 @@ describe('MCP over stdio (kiln mcp)', () => {
     const id = saved.context.id;
 
     const got = await ok<ContextWithContent>(client, 'get_context', { id_or_name: 'stdio/schema' });
-    expect(got).toMatchObject({ id, content });
+    expect(got).toMatchObject({ id, content, etag: `${id}.1` });
+    // if_match travels to the gateway as If-Match: the version read is replaced, a stale one is not.
+    expect(
+      await ok(client, 'save_context', {
+        name: 'stdio/schema',
+        content,
+        if_match: `${id}.1`,
+      }),
+    ).toMatchObject({ context: { version: 2 }, etag: `${id}.2` });
+    const stale = await callTool(client, 'save_context', {
+      name: 'stdio/schema',
+      content: 'stale',
+      if_match: `${id}.1`,
+    });
+    expect(JSON.parse(textOf(stale))).toMatchObject({
+      error: { code: 'context-changed' },
+      context: { id, version: 2 },
+    });
     expect(names(await ok<ContextList>(client, 'list_contexts', { prefix: 'stdio/' }))).toEqual([
       'stdio/schema',
     ]);
