@@ -3,6 +3,7 @@ import type { Config } from '../config/schema.js';
 import { ContextRef, ListContextsQuery, SaveContextBody } from '../contexts/schemas.js';
 import { etagOf, OrgContexts } from '../contexts/service.js';
 import type { Store } from '../store/index.js';
+import { matchesEtag } from './files.js';
 import { assertValid } from './validation.js';
 
 /** The context store under /api/v1/contexts (DESIGN.md section 6). */
@@ -40,7 +41,11 @@ export function contextRoutes(app: FastifyInstance, deps: { store: Store; config
 
   app.get('/api/v1/contexts/*', async (request, reply) => {
     const context = await contextsOf(request).get(refOf(request));
-    return reply.header('etag', etagOf(context)).send(context);
+    const etag = etagOf(context);
+    // A client that holds this version (If-None-Match with its ETag) is told so, without the content.
+    if (matchesEtag(request.headers['if-none-match'], etag))
+      return reply.status(304).header('etag', etag).send();
+    return reply.header('etag', etag).send(context);
   });
 
   app.delete('/api/v1/contexts/*', async (request) => contextsOf(request).delete(refOf(request)));

@@ -120,7 +120,8 @@ function signatureRefused(id: string, check: 'expired' | 'invalid', expires: unk
   );
 }
 
-function matchesEtag(header: string | undefined, etag: string): boolean {
+/** Whether an If-None-Match header names `etag` (compared weakly, as RFC 9110 asks) or is `*`. */
+export function matchesEtag(header: string | undefined, etag: string): boolean {
   if (!header) return false;
   return header
     .split(',')

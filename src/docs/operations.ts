@@ -251,7 +251,16 @@ const OPERATIONS: Record<string, Operation> = {
     summary: 'Fetch one context, with content',
     description: 'The id (`ctx_…`) or the name; a name may hold `/`, encoded or not.',
     wildcard: { name: 'id_or_name', schema: ContextRef },
-    responses: ok(withEtag(R.ContextWithContent)),
+    headers: Type.Object({
+      'If-None-Match': Type.Optional(
+        text('the ETag held: 304, without the content, while it is that version'),
+      ),
+    }),
+    responses: {
+      200: withEtag(R.ContextWithContent),
+      304: withEtag({ ...R.NoContent, description: 'not modified (If-None-Match)' }),
+      default: R.ErrorEnvelope,
+    },
   },
   'DELETE /api/v1/contexts/*': {
     summary: 'Delete one context',

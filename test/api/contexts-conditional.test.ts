@@ -148,5 +148,34 @@ for (const storeCase of storeCases) {
       expect(applied[0]?.body.version).toBe(2);
       expect(await contentOf('race')).toBe(`edit ${edits.indexOf(applied[0] as (typeof edits)[0])}`);
     });
+
+    it('answers a fetch with the ETag held 304 and no content, until the context changes', async () => {
+      const first = await save(alice, 'cached', 'a long schema, fetched often');
+      const etag = first.headers.get('etag') as string;
+      const get = (headers: Record<string, string>, key = bob) =>
+        kiln.call('GET', '/api/v1/contexts/cached', { key, headers });
+
+      for (const held of [etag, `W/${etag}`, `"other", ${etag}`, '*']) {
+        const same = await get({ 'if-none-match': held });
+        expect([same.status, same.body], held).toEqual([304, '']);
+        expect(same.headers.get('etag'), held).toBe(etag);
+      }
+      // By id as by name.
+      const byId = await kiln.call('GET', `/api/v1/contexts/${first.body.id}`, {
+        key: bob,
+        headers: { 'if-none-match': etag },
+      });
+      expect(byId.status).toBe(304);
+
+      await save(alice, 'cached', 'the schema, changed');
+      const changed = await get({ 'if-none-match': etag });
+      expect(changed.status).toBe(200);
+      expect(changed.body.content).toBe('the schema, changed');
+      expect(changed.headers.get('etag')).toBe(`"${first.body.id}.2"`);
+      // Another organisation's key finds nothing to be unmodified: 404, as without the header.
+      expect((await get({ 'if-none-match': etag }, outsider)).status).toBe(404);
+      // A header that names nothing here is an ordinary fetch.
+      expect((await get({ 'if-none-match': 'garbage' })).status).toBe(200);
+    });
   });
 }
