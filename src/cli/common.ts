@@ -45,8 +45,11 @@ export function clientFromEnv(env: NodeJS.ProcessEnv = process.env): KilnClient 
 
 /** What to check when the gateway answered with an error that suggests the wrong gateway or key. */
 function answerHint(error: KilnApiError): string | undefined {
+  // Without the context beside it, the name was deleted between the refused save and the answer.
   if (error.body.code === 'context-exists')
-    return 'leave out --new to replace it, or save it under another name';
+    return error.attached?.context
+      ? 'leave out --new to replace it, or save it under another name'
+      : 'the name is free again: run the same command to create it';
   if (!error.url) return undefined;
   const origin = new URL(error.url).origin;
   if (error.status === 401) {

@@ -1,4 +1,6 @@
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -159,6 +161,35 @@ describe('kiln ctx against a running gateway', () => {
       /^kiln: context-exists \(HTTP 412\): a context named 'fresh' exists already \(version 1, ETag "ctx_\w+\.1", saved [^)]+\)\. Nothing was saved\.\n {2}leave out --new to replace it, or save it under another name\n$/,
     );
     expect(await contentOnServer('fresh')).toBe('first\n');
+  });
+
+  it('save --new refused for a name deleted since: no advice to replace what is gone', async () => {
+    // The gateway's answer when the name was deleted between the refused insert and reading it back
+    // (a race no test can time): 412 without the context beside the error.
+    const racing = createServer((_request, response) => {
+      const message =
+        "a context named 'fresh' existed when this save ran and has been deleted since. Nothing was saved.";
+      response.writeHead(412, { 'content-type': 'application/json' });
+      response.end(
+        JSON.stringify({
+          error: { type: 'conflict_error', code: 'context-exists', message, param: 'If-None-Match' },
+        }),
+      );
+    });
+    await new Promise<void>((resolve) => racing.listen(0, '127.0.0.1', resolve));
+    try {
+      const url = `http://127.0.0.1:${(racing.address() as AddressInfo).port}`;
+      const refused = await ctx(['ctx', 'save', '--new', '--name', 'fresh', '-c', 'x'], {
+        env: { KILN_BASE_URL: url },
+      });
+      expect(refused.code).toBe(1);
+      expect(refused.stderr).toBe(
+        "kiln: context-exists (HTTP 412): a context named 'fresh' existed when this save ran and has been deleted since. Nothing was saved.\n" +
+          '  the name is free again: run the same command to create it\n',
+      );
+    } finally {
+      await new Promise((resolve) => racing.close(resolve));
+    }
   });
 
   it('save refuses a file or piped input that is not UTF-8, saying so, and stores nothing', async () => {
