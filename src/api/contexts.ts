@@ -42,10 +42,11 @@ export function contextRoutes(app: FastifyInstance, deps: { store: Store; config
   app.get('/api/v1/contexts/*', async (request, reply) => {
     const context = await contextsOf(request).get(refOf(request));
     const etag = etagOf(context);
-    // A client that holds this version (If-None-Match with its ETag) is told so, without the content.
-    if (matchesEtag(request.headers['if-none-match'], etag))
-      return reply.status(304).header('etag', etag).send();
-    return reply.header('etag', etag).send(context);
+    // An organisation's text, for no shared cache; a private one asks each time (If-None-Match).
+    reply.header('etag', etag).header('cache-control', 'private, no-cache');
+    // A client that holds this version is told so, without the content.
+    if (matchesEtag(request.headers['if-none-match'], etag)) return reply.status(304).send();
+    return reply.send(context);
   });
 
   app.delete('/api/v1/contexts/*', async (request) => contextsOf(request).delete(refOf(request)));

@@ -56,6 +56,24 @@ const tool = <S extends TSchema>(t: Tool<S>) => t as unknown as Tool<TSchema>;
 const versionTag = (context: { id: string; version: number }) => `${context.id}.${context.version}`;
 
 /**
+ * A refused conditional save in the tool's own terms: `param` names the argument (`create_only`,
+ * `if_match`) rather than the HTTP header, and the current context carries its `etag`, ready for the
+ * next `if_match`. Anything else is thrown as it is.
+ */
+function asToolRefusal(error: unknown): unknown {
+  const known = error instanceof KilnError || error instanceof KilnApiError ? error : undefined;
+  const code = known?.toBody().code;
+  if (!known || (code !== 'context-exists' && code !== 'context-changed')) return error;
+  const param = code === 'context-exists' ? 'create_only' : 'if_match';
+  const attached = known instanceof KilnError ? known.attach : known.attached;
+  const current = attached?.context as { id: string; version: number } | undefined;
+  const attach = current ? { context: { ...current, etag: versionTag(current) } } : undefined;
+  return known instanceof KilnError
+    ? new KilnError(code, known.message, { param, ...(attach ? { attach } : {}) })
+    : new KilnApiError(known.status, { ...known.body, param }, known.url, known.retryAfter, attach);
+}
+
+/**
  * The context store as MCP tools. Inputs are the same schemas the HTTP API validates with. A Map,
  * so a tool name such as `__proto__` or `toString` finds nothing rather than Object's prototype.
  */
@@ -81,8 +99,12 @@ const tools = new Map<string, Tool<TSchema>>(
           : if_match !== undefined
             ? { ifMatch: `"${if_match}"` }
             : {};
-        const saved = await contexts.save(body, precondition);
-        return { ...saved, etag: versionTag(saved.context) };
+        try {
+          const saved = await contexts.save(body, precondition);
+          return { ...saved, etag: versionTag(saved.context) };
+        } catch (error) {
+          throw asToolRefusal(error);
+        }
       },
     }),
     get_context: tool({

@@ -159,6 +159,7 @@ for (const storeCase of storeCases) {
         const same = await get({ 'if-none-match': held });
         expect([same.status, same.body], held).toEqual([304, '']);
         expect(same.headers.get('etag'), held).toBe(etag);
+        expect(same.headers.get('cache-control'), held).toBe('private, no-cache');
       }
       // By id as by name.
       const byId = await kiln.call('GET', `/api/v1/contexts/${first.body.id}`, {
@@ -172,6 +173,7 @@ for (const storeCase of storeCases) {
       expect(changed.status).toBe(200);
       expect(changed.body.content).toBe('the schema, changed');
       expect(changed.headers.get('etag')).toBe(`"${first.body.id}.2"`);
+      expect(changed.headers.get('cache-control')).toBe('private, no-cache');
       // Another organisation's key finds nothing to be unmodified: 404, as without the header.
       expect((await get({ 'if-none-match': etag }, outsider)).status).toBe(404);
       // A header that names nothing here is an ordinary fetch.

@@ -1,4 +1,12 @@
-import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import {
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -28,7 +36,16 @@ if (env.EDIT_RACE) {
   });
   if (answer.status >= 300) throw new Error('the teammate could not save: ' + answer.status);
 }
+if (env.EDIT_DELETE) {
+  const [url, key, name] = JSON.parse(env.EDIT_DELETE);
+  const answer = await fetch(url + '/api/v1/contexts/' + name, {
+    method: 'DELETE',
+    headers: { authorization: 'Bearer ' + key },
+  });
+  if (answer.status >= 300) throw new Error('the teammate could not delete: ' + answer.status);
+}
 if (env.EDIT_WRITE !== undefined) writeFileSync(file, env.EDIT_WRITE);
+if (env.EDIT_WRITE_HEX !== undefined) writeFileSync(file, Buffer.from(env.EDIT_WRITE_HEX, 'hex'));
 if (env.EDIT_APPEND) writeFileSync(file, readFileSync(file, 'utf8') + env.EDIT_APPEND);
 process.exit(Number(env.EDIT_EXIT ?? 0));
 `;
@@ -137,44 +154,104 @@ describe('kiln ctx edit', () => {
     const kept = /your edit is kept in (\S+)\n/.exec(result.stderr)?.[1] as string;
     expect(kept.startsWith(editTmp)).toBe(true);
     expect(readFileSync(kept, 'utf8')).toBe('my v2\n');
-    expect(result.stderr).toContain(`kiln ctx save --name 'shared/spec' --file '${kept}'`);
+    expect(result.stderr).toContain(
+      "to edit version 2 instead, run kiln ctx edit 'shared/spec' again and bring your change over",
+    );
     // The teammate's version stands.
     const after = await stored('shared/spec');
     expect(after.content).toBe('the teammate\u2019s v2\n');
     expect(after.version).toBe(2);
-
-    // Saving the kept file, as the hint says, is the deliberate overwrite.
-    const saved = await ctx(['ctx', 'save', '--name', 'shared/spec', '--file', kept]);
-    expect(saved.code).toBe(0);
-    expect((await stored('shared/spec')).content).toBe('my v2\n');
     rmSync(path.dirname(kept), { recursive: true });
+
+    // Deleted while the editor was open: the edit is kept, and the way to create it again is given.
+    const gone = await ctx(['ctx', 'edit', 'shared/spec'], {
+      env: {
+        EDIT_DELETE: JSON.stringify([server.url, server.adminKey, 'shared/spec']),
+        EDIT_WRITE: 'my v3\n',
+      },
+    });
+    expect(gone.code).toBe(1);
+    const keptAgain = /your edit is kept in (\S+)\n/.exec(gone.stderr)?.[1] as string;
+    expect(gone.stderr).toContain(
+      `'shared/spec' no longer exists: kiln ctx save --new --name 'shared/spec' --file '${keptAgain}' creates it again`,
+    );
+    const recreated = await ctx(['ctx', 'save', '--new', '--name', 'shared/spec', '--file', keptAgain]);
+    expect(recreated.code).toBe(0);
+    expect((await stored('shared/spec')).content).toBe('my v3\n');
+    rmSync(path.dirname(keptAgain), { recursive: true });
   });
 
-  it('saves nothing when the editor fails or leaves the file empty', async () => {
+  it('saves nothing when the editor fails, keeping what it had written; nor when it leaves the file empty', async () => {
     await seed('keep-me', 'precious\n');
+    const failedUntouched = await ctx(['ctx', 'edit', 'keep-me'], { env: { EDIT_EXIT: '3' } });
+    expect(failedUntouched.code).toBe(1);
+    expect(failedUntouched.stderr).toMatch(
+      /^kiln: the editor failed \('.+' exited with 3\): nothing was saved\n$/,
+    );
+    expect(readdirSync(editTmp)).toEqual([]);
+
+    // An editor can exit non-zero after writing (vim after an error during the session): not lost.
     const failed = await ctx(['ctx', 'edit', 'keep-me'], {
       env: { EDIT_WRITE: 'half-done', EDIT_EXIT: '3' },
     });
     expect(failed.code).toBe(1);
     expect(failed.stderr).toMatch(
-      /^kiln: the editor failed \('.+' exited with status 3\): nothing was saved\n$/,
+      /^kiln: the editor failed \('.+' exited with 3\): nothing was saved\n {2}your edit is kept in \S+\n$/,
     );
+    const kept = /your edit is kept in (\S+)\n/.exec(failed.stderr)?.[1] as string;
+    expect(readFileSync(kept, 'utf8')).toBe('half-done');
+    rmSync(path.dirname(kept), { recursive: true });
 
     const emptied = await ctx(['ctx', 'edit', 'keep-me'], { env: { EDIT_WRITE: '' } });
     expect(emptied.code).toBe(1);
     expect(emptied.stderr).toBe(
       "kiln: the file is empty: nothing was saved (kiln ctx rm 'keep-me' deletes a context)\n",
     );
+
+    // Not UTF-8 ("café" in Latin-1): refused rather than saved altered, and kept.
+    const latin1 = await ctx(['ctx', 'edit', 'keep-me'], { env: { EDIT_WRITE_HEX: '636166e90a' } });
+    expect(latin1.code).toBe(1);
+    expect(latin1.stderr).toMatch(
+      /^kiln: the edited file is not UTF-8 text; .*\n {2}your edit is kept in \S+\n$/,
+    );
+    const keptLatin1 = /your edit is kept in (\S+)\n/.exec(latin1.stderr)?.[1] as string;
+    rmSync(path.dirname(keptLatin1), { recursive: true });
+
     const after = await stored('keep-me');
     expect(after.content).toBe('precious\n');
     expect(after.version).toBe(1);
     expect(readdirSync(editTmp)).toEqual([]);
   });
 
-  it('answers 404 for an id that names no context, creating nothing', async () => {
-    const result = await ctx(['ctx', 'edit', `ctx_${'0'.repeat(32)}`], { env: { EDIT_WRITE: 'x' } });
-    expect(result.code).toBe(1);
-    expect(result.stderr).toMatch(/^kiln: not-found \(HTTP 404\)/);
+  it('opens no editor for what it cannot edit: an unknown id, a bad name, a wrong gateway address, no editor at all', async () => {
+    const seen = path.join(workDir, 'seen-never');
+    const cases: Array<{ args: string[]; env?: Record<string, string | undefined>; stderr: RegExp }> = [
+      { args: [`ctx_${'0'.repeat(32)}`], stderr: /^kiln: not-found \(HTTP 404\)/ },
+      // What starts with ctx_ is an id to the gateway, never a new name.
+      { args: ['ctx_notes'], stderr: /^kiln: not-found \(HTTP 404\)/ },
+      { args: ['bad name!'], stderr: /^kiln: validation-failed/ },
+      // A reference the gateway finds nothing for, but no name a save would take.
+      { args: ['team/../prod'], stderr: /^kiln: validation-failed: .*\n {2}- name: /s },
+      // KILN_BASE_URL with /v1 on it: a 404 that is no answer about the context.
+      {
+        args: ['team/runbook.md'],
+        env: { KILN_BASE_URL: `${server.url}/v1` },
+        stderr: /^kiln: route-not-found \(HTTP 404\)/,
+      },
+      // Without VISUAL or EDITOR, vi needs a terminal, which a test's child has not.
+      {
+        args: ['team/runbook.md'],
+        env: { EDITOR: undefined },
+        stderr: /^kiln: no terminal to run vi in: set VISUAL or EDITOR/,
+      },
+    ];
+    for (const c of cases) {
+      const result = await ctx(['ctx', 'edit', ...c.args], { env: { EDIT_SEEN: seen, ...c.env } });
+      expect(result.code, c.args[0]).toBe(1);
+      expect(result.stderr, c.args[0]).toMatch(c.stderr);
+      expect(existsSync(seen), c.args[0]).toBe(false);
+    }
     expect(readdirSync(editTmp)).toEqual([]);
+    expect((await server.call('GET', '/api/v1/contexts/ctx_notes')).status).toBe(404);
   });
 });

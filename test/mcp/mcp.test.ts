@@ -226,7 +226,7 @@ describe('MCP over Streamable HTTP (/mcp)', () => {
       content: 'an agent’s rewrite',
       create_only: true,
     });
-    expect(error.code).toBe('context-exists');
+    expect(error).toMatchObject({ code: 'context-exists', param: 'create_only' });
     expect(error.message).toContain("a context named 'only-once' exists already (version 1");
     expect((await ok<ContextWithContent>(mine, 'get_context', { id_or_name: 'only-once' })).content).toBe(
       'the original',
@@ -269,7 +269,11 @@ describe('MCP over Streamable HTTP (/mcp)', () => {
       content: 'x',
       if_match: read.etag,
     });
-    expect(JSON.parse(textOf(raw)).context).toMatchObject({ id: first.context.id, version: 2 });
+    // In the tool's terms: the argument at fault, and the current version's etag for the next try.
+    expect(JSON.parse(textOf(raw))).toMatchObject({
+      error: { code: 'context-changed', param: 'if_match' },
+      context: { id: first.context.id, version: 2, etag: `${first.context.id}.2` },
+    });
     expect((await ok<ContextWithContent>(mine, 'get_context', { id_or_name: 'shared/plan' })).content).toBe(
       'step 1\nstep 2 (teammate)',
     );
@@ -471,8 +475,8 @@ describe('MCP over stdio (kiln mcp)', () => {
       if_match: `${id}.1`,
     });
     expect(JSON.parse(textOf(stale))).toMatchObject({
-      error: { code: 'context-changed' },
-      context: { id, version: 2 },
+      error: { code: 'context-changed', param: 'if_match' },
+      context: { id, version: 2, etag: `${id}.2` },
     });
     expect(names(await ok<ContextList>(client, 'list_contexts', { prefix: 'stdio/' }))).toEqual([
       'stdio/schema',
@@ -525,7 +529,7 @@ describe('MCP over stdio (kiln mcp)', () => {
       content: 'lost?',
       create_only: true,
     });
-    expect(taken).toMatchObject({ code: 'context-exists', param: 'If-None-Match' });
+    expect(taken).toMatchObject({ code: 'context-exists', param: 'create_only' });
     expect((await server.call('GET', '/api/v1/contexts/stdio/once', { key: acme })).body.content).toBe(
       'kept',
     );
