@@ -61,5 +61,5 @@ EXPOSE 8080
 HEALTHCHECK --interval=15s --timeout=5s --start-period=30s --retries=3 \
   CMD ["node", "-e", "fetch('http://127.0.0.1:' + (process.env.KILN_PORT || 8080) + '/readyz').then((r) => process.exit(r.ok ? 0 : 1), () => process.exit(1))"]
 
-ENTRYPOINT ["node", "--no-memory-reducer", "--max-semi-space-size=64", "/app/bin/kiln.js"]
+ENTRYPOINT ["node", "--no-memory-reducer", "--max-semi-space-size=16", "/app/bin/kiln.js"]
 CMD ["serve"]
