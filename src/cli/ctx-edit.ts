@@ -6,6 +6,7 @@ import type { Command } from 'commander';
 import { assertValid } from '../api/validation.js';
 import { type ContextWithContent, KilnApiError } from '../client/index.js';
 import { ContextName } from '../contexts/schemas.js';
+import { etagOf } from '../contexts/service.js';
 import { clientFromEnv, report, UsageError, utf8 } from './common.js';
 
 /**
@@ -114,7 +115,7 @@ export function ctxEditCommand(ctx: Command): void {
         // The description stays as it is: a save without one keeps the stored one.
         const { context, created } = await clientFromEnv().contexts.save(
           { name, content },
-          before ? { ifMatch: `"${before.id}.${before.version}"` } : { ifNoneMatch: '*' },
+          before ? { ifMatch: etagOf(before) } : { ifNoneMatch: '*' },
         );
         discard();
         process.stdout.write(

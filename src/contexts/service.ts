@@ -52,9 +52,12 @@ export interface ContextsPort {
 
 const seconds = (ms: number) => Math.floor(ms / 1000);
 
-/** A context's ETag: its id and version, which together name one content (a re-created name has a new id). */
-export const etagOf = (context: { id: string; version: number }): string =>
-  `"${context.id}.${context.version}"`;
+/** A context's id and version, which together name one content (a re-created name has a new id). */
+export const versionTag = (context: { id: string; version: number }): string =>
+  `${context.id}.${context.version}`;
+
+/** A context's ETag: its version tag, quoted. */
+export const etagOf = (context: { id: string; version: number }): string => `"${versionTag(context)}"`;
 
 const ETAG = /^(W\/)?"([\x21\x23-\x7e]*)"$/;
 const OURS = /^(ctx_[0-9a-f]{32})\.([1-9][0-9]{0,9})$/;

@@ -14,7 +14,8 @@ import { errorEnvelope } from '../api/errors.js';
 import { assertValid } from '../api/validation.js';
 import { GatewayUnreachableError, KilnApiError } from '../client/index.js';
 import { ContextRef, ListContextsQuery, SaveContextBody } from '../contexts/schemas.js';
-import type { ContextsPort } from '../contexts/service.js';
+// `etag` and `if_match` are a context's version tag: its HTTP ETag without the quotes JSON would escape.
+import { type ContextsPort, versionTag } from '../contexts/service.js';
 import { KilnError, validationError } from '../errors.js';
 import { VERSION } from '../version.js';
 
@@ -51,9 +52,6 @@ interface Tool<S extends TSchema> {
 }
 
 const tool = <S extends TSchema>(t: Tool<S>) => t as unknown as Tool<TSchema>;
-
-/** A context version's tag for `if_match`: its HTTP ETag without the quotes, which JSON would escape. */
-const versionTag = (context: { id: string; version: number }) => `${context.id}.${context.version}`;
 
 /**
  * A refused conditional save in the tool's own terms: `param` names the argument (`create_only`,
