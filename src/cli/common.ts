@@ -50,6 +50,12 @@ function answerHint(error: KilnApiError): string | undefined {
     return error.attached?.context
       ? 'leave out --new to replace it, or save it under another name'
       : 'the name is free again: run the same command to create it';
+  if (error.body.code === 'context-changed') {
+    const now = error.attached?.context as { name?: string; version?: number } | undefined;
+    return now?.version === undefined
+      ? 'it is gone: save with --new instead to create it again'
+      : `compare yours with kiln ctx get '${now.name}' --stdout, then save with --if-version ${now.version} to replace that version`;
+  }
   if (!error.url) return undefined;
   const origin = new URL(error.url).origin;
   if (error.status === 401) {

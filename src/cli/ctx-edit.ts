@@ -131,9 +131,14 @@ export function ctxEditCommand(ctx: Command): void {
         const lines = [
           `kiln: ${error.body.code} (HTTP 412): ${error.body.message}`,
           `  your edit is kept in ${file}`,
-          theirs
-            ? `  to edit version ${theirs.version} instead, run kiln ctx edit '${name}' again and bring your change over`
-            : `  '${name}' no longer exists: kiln ctx save --new --name '${name}' --file '${file}' creates it again`,
+          ...(theirs
+            ? [
+                `  to edit version ${theirs.version} instead, run kiln ctx edit '${name}' again and bring your change over,`,
+                `  or replace version ${theirs.version} with yours: kiln ctx save --name '${name}' --file '${file}' --if-version ${theirs.version}`,
+              ]
+            : [
+                `  '${name}' no longer exists: kiln ctx save --new --name '${name}' --file '${file}' creates it again`,
+              ]),
         ];
         process.stderr.write(`${lines.join('\n')}\n`);
         process.exitCode = 1;

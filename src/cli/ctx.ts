@@ -1,5 +1,7 @@
 import { readFile } from 'node:fs/promises';
 import type { Command } from 'commander';
+import { KilnApiError, type KilnClient } from '../client/index.js';
+import { etagOf } from '../contexts/service.js';
 import { clientFromEnv, isoTime, table, UsageError, utf8 } from './common.js';
 import { ctxEditCommand } from './ctx-edit.js';
 
@@ -10,6 +12,43 @@ interface SaveOptions {
   file?: string;
   description?: string;
   new?: boolean;
+  ifVersion?: string;
+}
+
+/** `--if-version`'s value: a version number as the CLI prints them. */
+function versionOf(text: string): number {
+  const version = Number(text);
+  if (!/^[1-9][0-9]*$/.test(text) || !Number.isSafeInteger(version)) {
+    throw new UsageError(`--if-version takes a version number such as 3, not '${text}'`);
+  }
+  return version;
+}
+
+/**
+ * What a save is conditional on: nothing (a plain replace), no context of the name (`--new`), or the
+ * context named being at one version (`--if-version`), whose ETag needs the context's id. Checked
+ * before the content is read; the id is looked up only once the content is in hand.
+ */
+function preconditionOf(
+  options: SaveOptions,
+): (client: KilnClient) => Promise<{ ifNoneMatch?: string; ifMatch?: string }> {
+  if (options.new && options.ifVersion !== undefined) {
+    throw new UsageError('give --new (create only) or --if-version (replace only that version), not both');
+  }
+  if (options.new) return async () => ({ ifNoneMatch: '*' });
+  if (options.ifVersion === undefined) return async () => ({});
+  const version = versionOf(options.ifVersion);
+  return async (client) => {
+    try {
+      const { id } = await client.contexts.get(options.name);
+      return { ifMatch: etagOf({ id, version }) };
+    } catch (error) {
+      if (!(error instanceof KilnApiError && error.body.code === 'not-found')) throw error;
+      throw new UsageError(
+        `no context named '${options.name}' to replace at version ${version}: nothing was saved (kiln ctx save --new creates it)`,
+      );
+    }
+  };
 }
 
 async function readStdin(): Promise<string> {
@@ -73,15 +112,21 @@ export function ctxCommands(program: Command): void {
     .option('--file <path>', 'take the content from a file')
     .option('--description <text>', 'a one-line description')
     .option('--new', 'create only: refuse, and keep the stored one, when the name exists')
+    .option(
+      '--if-version <n>',
+      'replace only version n: refuse, and keep the stored one, if it changed since',
+    )
     .action(async (options: SaveOptions) => {
+      const precondition = preconditionOf(options);
       const content = await contentOf(options);
-      const { context, created } = await clientFromEnv().contexts.save(
+      const client = clientFromEnv();
+      const { context, created } = await client.contexts.save(
         {
           name: options.name,
           content,
           ...(options.description === undefined ? {} : { description: options.description }),
         },
-        options.new ? { ifNoneMatch: '*' } : {},
+        await precondition(client),
       );
       process.stdout.write(
         `${created ? 'saved' : 'replaced'} ${context.id} '${context.name}' (${context.size_bytes} bytes, version ${context.version}), shared with your organisation\n`,

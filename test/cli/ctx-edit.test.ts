@@ -155,12 +155,18 @@ describe('kiln ctx edit', () => {
     expect(kept.startsWith(editTmp)).toBe(true);
     expect(readFileSync(kept, 'utf8')).toBe('my v2\n');
     expect(result.stderr).toContain(
-      "to edit version 2 instead, run kiln ctx edit 'shared/spec' again and bring your change over",
+      "to edit version 2 instead, run kiln ctx edit 'shared/spec' again and bring your change over,\n" +
+        `  or replace version 2 with yours: kiln ctx save --name 'shared/spec' --file '${kept}' --if-version 2\n`,
     );
     // The teammate's version stands.
     const after = await stored('shared/spec');
     expect(after.content).toBe('the teammate\u2019s v2\n');
     expect(after.version).toBe(2);
+    // The second piece of advice, followed: the edit replaces the version the user has now seen.
+    const over = await ctx(['ctx', 'save', '--name', 'shared/spec', '--file', kept, '--if-version', '2']);
+    expect([over.code, over.stderr]).toEqual([0, '']);
+    expect(over.stdout).toMatch(/^replaced ctx_\w+ 'shared\/spec' \(6 bytes, version 3\)/);
+    expect(await stored('shared/spec')).toMatchObject({ content: 'my v2\n', version: 3 });
     rmSync(path.dirname(kept), { recursive: true });
 
     // Deleted while the editor was open: the edit is kept, and the way to create it again is given.

@@ -54,6 +54,21 @@ describe('kiln ctx against a running gateway', () => {
     return body.id as string;
   }
 
+  /** Runs `kiln` against a stand-in gateway on loopback that answers with `handler`. */
+  async function againstStandIn(
+    handler: Parameters<typeof createServer>[1],
+    args: string[],
+  ): Promise<Awaited<ReturnType<Kiln>>> {
+    const standIn = createServer(handler);
+    await new Promise<void>((resolve) => standIn.listen(0, '127.0.0.1', resolve));
+    try {
+      const url = `http://127.0.0.1:${(standIn.address() as AddressInfo).port}`;
+      return await ctx(args, { env: { KILN_BASE_URL: url } });
+    } finally {
+      await new Promise((resolve) => standIn.close(resolve));
+    }
+  }
+
   async function contentOnServer(name: string): Promise<string> {
     const { status, body } = await server.call('GET', `/api/v1/contexts/${name}`);
     expect(status).toBe(200);
@@ -166,30 +181,53 @@ describe('kiln ctx against a running gateway', () => {
   it('save --new refused for a name deleted since: no advice to replace what is gone', async () => {
     // The gateway's answer when the name was deleted between the refused insert and reading it back
     // (a race no test can time): 412 without the context beside the error.
-    const racing = createServer((_request, response) => {
-      const message =
-        "a context named 'fresh' existed when this save ran and has been deleted since. Nothing was saved.";
-      response.writeHead(412, { 'content-type': 'application/json' });
-      response.end(
-        JSON.stringify({
-          error: { type: 'conflict_error', code: 'context-exists', message, param: 'If-None-Match' },
-        }),
-      );
-    });
-    await new Promise<void>((resolve) => racing.listen(0, '127.0.0.1', resolve));
-    try {
-      const url = `http://127.0.0.1:${(racing.address() as AddressInfo).port}`;
-      const refused = await ctx(['ctx', 'save', '--new', '--name', 'fresh', '-c', 'x'], {
-        env: { KILN_BASE_URL: url },
-      });
-      expect(refused.code).toBe(1);
-      expect(refused.stderr).toBe(
-        "kiln: context-exists (HTTP 412): a context named 'fresh' existed when this save ran and has been deleted since. Nothing was saved.\n" +
-          '  the name is free again: run the same command to create it\n',
-      );
-    } finally {
-      await new Promise((resolve) => racing.close(resolve));
-    }
+    const refused = await againstStandIn(
+      (_request, response) => {
+        const message =
+          "a context named 'fresh' existed when this save ran and has been deleted since. Nothing was saved.";
+        response.writeHead(412, { 'content-type': 'application/json' });
+        response.end(
+          JSON.stringify({
+            error: { type: 'conflict_error', code: 'context-exists', message, param: 'If-None-Match' },
+          }),
+        );
+      },
+      ['ctx', 'save', '--new', '--name', 'fresh', '-c', 'x'],
+    );
+    expect(refused.code).toBe(1);
+    expect(refused.stderr).toBe(
+      "kiln: context-exists (HTTP 412): a context named 'fresh' existed when this save ran and has been deleted since. Nothing was saved.\n" +
+        '  the name is free again: run the same command to create it\n',
+    );
+  });
+
+  it('save --if-version refused for a context deleted after it was looked up: the way to create it again', async () => {
+    // The gateway's answers when the context was deleted between the CLI's lookup of its id and the
+    // save (a race no test can time): the context, then 412 without it beside the error.
+    const refused = await againstStandIn(
+      (request, response) => {
+        response.writeHead(request.method === 'GET' ? 200 : 412, { 'content-type': 'application/json' });
+        if (request.method === 'GET') {
+          response.end(
+            JSON.stringify({ id: `ctx_${'a'.repeat(32)}`, name: 'gone', version: 4, content: 'x' }),
+          );
+          return;
+        }
+        const message =
+          "no context named 'gone' exists now: it was deleted, or never saved. Nothing was saved.";
+        response.end(
+          JSON.stringify({
+            error: { type: 'conflict_error', code: 'context-changed', message, param: 'If-Match' },
+          }),
+        );
+      },
+      ['ctx', 'save', '--if-version', '4', '--name', 'gone', '-c', 'x'],
+    );
+    expect(refused.code).toBe(1);
+    expect(refused.stderr).toBe(
+      "kiln: context-changed (HTTP 412): no context named 'gone' exists now: it was deleted, or never saved. Nothing was saved.\n" +
+        '  it is gone: save with --new instead to create it again\n',
+    );
   });
 
   it('save refuses a file or piped input that is not UTF-8, saying so, and stores nothing', async () => {
