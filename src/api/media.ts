@@ -15,7 +15,10 @@ import {
 import type { AppDeps } from './app.js';
 import { submitJob } from './submit.js';
 
-/** A random seed when the caller gives none, so every job records the seed that made it. */
+/**
+ * A random seed when the caller gives none, so every job records the seed that made it. An
+ * Idempotency-Key binds the body as sent (`sent`), without it: the same body again is the same job.
+ */
 const randomSeed = () => Math.floor(Math.random() * 4294967296);
 
 /** POST /v1/videos/transitions, /v1/videos/generations and /v1/images/generations. */
@@ -68,6 +71,7 @@ export function mediaRoutes(app: FastifyInstance, deps: AppDeps): void {
         kind: kind('video.transition'),
         mode: 'async',
         request: video(body, model, { start_image: body.start_image, end_image: body.end_image }),
+        sent: body,
         webhook: body.webhook,
       });
     },
@@ -89,6 +93,7 @@ export function mediaRoutes(app: FastifyInstance, deps: AppDeps): void {
         kind: kind('video.generation'),
         mode: 'async',
         request: video(body, model, { start_image: body.image }),
+        sent: body,
         webhook: body.webhook,
       });
     },
@@ -120,6 +125,7 @@ export function mediaRoutes(app: FastifyInstance, deps: AppDeps): void {
         kind: kind('image.generation'),
         mode: (body.mode ?? 'sync') as 'sync' | 'async',
         request: job,
+        sent: body,
         webhook: body.webhook,
       });
     },

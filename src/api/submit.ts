@@ -20,6 +20,8 @@ export interface SubmitOptions {
   kind: JobKind;
   mode: Exclude<JobMode, 'stream'>;
   request: unknown;
+  /** The body as sent, where `request` adds Kiln's own choices: what an Idempotency-Key binds. */
+  sent?: unknown;
   webhook?: Webhook | undefined;
   /** Headers for a sync answer, from the finished job (the chat route). */
   headers?: (job: JobRow) => Record<string, string>;
@@ -113,6 +115,7 @@ export async function submitJob(
     mode: options.mode,
     caller: request.auth,
     request: options.request,
+    sent: options.sent,
     webhook: options.webhook,
     idempotencyKey,
   });
@@ -125,7 +128,8 @@ export async function submitJob(
       const answer = options.accepted(job);
       return reply.status(answer.status).send(answer.body);
     }
-    const body = submissionBody(job, options.kind, options.request);
+    // A replay answers as the first submission did: with its request (its seed), not this one's.
+    const body = submissionBody(job, options.kind, replayed ? JSON.parse(job.request) : options.request);
     return reply.status(202).header('location', body.polling_url).send(body);
   };
   const wait = options.mode === 'async' ? preferWait(request) : undefined;

@@ -37,6 +37,11 @@ export interface Submission {
   /** Whose work it is: its organisation owns the job, and its limits admit it or not. */
   caller: ApiKey;
   request: unknown;
+  /**
+   * The body as the client sent it, where `request` adds what Kiln chose for it (a media job's
+   * random seed): what an idempotency key binds, so that the same body sent again is the same job.
+   */
+  sent?: unknown;
   webhook?: { url: string; secret?: string | undefined } | undefined;
   idempotencyKey?: string | undefined;
 }
@@ -134,7 +139,7 @@ export class JobService {
             canonical({
               kind: kind.name,
               mode: submission.mode,
-              request: submission.request,
+              request: submission.sent ?? submission.request,
               webhook: submission.webhook,
             }),
           )

@@ -160,6 +160,8 @@ for (const storeCase of storeCases) {
         expect([same.status, same.body], held).toEqual([304, '']);
         expect(same.headers.get('etag'), held).toBe(etag);
         expect(same.headers.get('cache-control'), held).toBe('private, no-cache');
+        // No length but the 200's may describe the content held (RFC 9110 §8.6): none at all.
+        expect(same.headers.get('content-length'), held).toBeNull();
       }
       // By id as by name.
       const byId = await kiln.call('GET', `/api/v1/contexts/${first.body.id}`, {
