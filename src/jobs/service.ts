@@ -254,14 +254,22 @@ export class JobService {
     return job;
   }
 
-  /** The caller's job by public or bare id: 404 for unknown or another organisation's, 410 once expired. */
+  /**
+   * The caller's job by public or bare id: 404 for unknown or another organisation's, 410 once
+   * expired or deleted, also after the purge has removed its row (its usage-ledger row remains).
+   */
   async get(orgId: string, publicId: string): Promise<JobRow> {
     const parsed = parseJobId(publicId);
-    const job = parsed ? await this.store.jobs.get(orgId, parsed.id) : undefined;
-    if (!job || !parsed || (parsed.prefix !== undefined && parsed.prefix !== this.kinds.prefixOf(job))) {
+    if (!parsed) throw notFound('job', publicId);
+    const job = await this.store.jobs.get(orgId, parsed.id);
+    const kind = job?.kind ?? (await this.store.usage.kindOfJob(orgId, parsed.id));
+    if (
+      kind === undefined ||
+      (parsed.prefix !== undefined && parsed.prefix !== this.kinds.prefixOf({ kind }))
+    ) {
       throw notFound('job', publicId);
     }
-    if (job.expires_at !== null && job.expires_at <= Date.now()) {
+    if (!job || (job.expires_at !== null && job.expires_at <= Date.now())) {
       throw new KilnError(
         'job-expired',
         `job ${publicId} is gone: it was deleted, or it finished more than the retention period ago`,

@@ -31,6 +31,18 @@ export class UsageRepository {
     }));
   }
 
+  /**
+   * The kind of the organisation's job `jobId` as its ledger row records it: the row outlives the
+   * job's own, so a job that ended and was purged since is still known to have existed.
+   */
+  async kindOfJob(orgId: string, jobId: string): Promise<string | undefined> {
+    const row = await this.db.get<{ kind: string }>(
+      'SELECT kind FROM usage_ledger WHERE job_id = ? AND org_id = ?',
+      [jobId, orgId],
+    );
+    return row?.kind;
+  }
+
   async countForJob(jobId: string): Promise<number> {
     const row = await this.db.get<{ n: number | string }>(
       'SELECT COUNT(*) AS n FROM usage_ledger WHERE job_id = ?',
