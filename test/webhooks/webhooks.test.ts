@@ -370,6 +370,25 @@ for (const storeCase of storeCases) {
       );
     });
 
+    it('signs with a submission secret of any length the spec allows; an empty one is a 400', async () => {
+      const hook = await receiver();
+      // The spec sets no length for `secret`: a short one is the receiver's choice, and it signs.
+      const { jobId } = await submit(server, key, {
+        ms: 5,
+        webhook: { url: `${hook.base}/short`, secret: 'k3y' },
+      });
+      await settled(server.server.store, jobId, 'delivered');
+      const hit = hook.hits[0] as Hit;
+      checkSignature(hit, 'k3y');
+      expect(verifyWebhook('k3y', hit.headers, hit.body)).toBe(true);
+      // An empty secret signs with nothing: refused, naming the field, before any job exists.
+      const empty = await server.call('POST', '/v1/test/sleep', {
+        key,
+        body: { ms: 5, webhook: { url: `${hook.base}/empty`, secret: '' } },
+      });
+      expect([empty.status, empty.body.error.details?.[0]?.field]).toEqual([400, 'webhook.secret']);
+    });
+
     it('signs with the organisation secret when the submission brings none (kiln webhooks secret)', async () => {
       const hook = await receiver();
       const org = await freshOrg();
