@@ -1,5 +1,6 @@
 import type { FastifyInstance } from 'fastify';
 import { checkMessageImages } from '../chat/images.js';
+import { chatReplay } from '../chat/replay.js';
 import { ChatBody, type ChatJobRequest } from '../chat/schema.js';
 import { parseDuration } from '../config/schema.js';
 import type { ChatMessage } from '../engines/types.js';
@@ -94,6 +95,7 @@ export function chatRoutes(app: FastifyInstance, deps: AppDeps): void {
           request: job,
           headers: routeOf,
           maxUnsentBytes: deps.config.streams.max_unsent_bytes,
+          replay: chatReplay,
         });
       }
       return submitJob(

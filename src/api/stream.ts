@@ -1,6 +1,6 @@
 import type { ServerResponse } from 'node:http';
 import type { FastifyReply, FastifyRequest } from 'fastify';
-import type { KilnError } from '../errors.js';
+import { KilnError } from '../errors.js';
 import { uuidv7 } from '../ids.js';
 import type { JobEvent } from '../jobs/events.js';
 import type { JobKind } from '../jobs/kinds.js';
@@ -8,7 +8,7 @@ import type { Webhook } from '../jobs/schemas.js';
 import { isTerminal, type JobService } from '../jobs/service.js';
 import { rateHeaders } from '../limits/refusal.js';
 import type { JobRow } from '../store/types.js';
-import { jobError } from './submit.js';
+import { idempotencyKeyOf, jobError } from './submit.js';
 
 /** How long a stream whose job the store shows ended still waits for that job's last events. */
 const LOST_DONE_GRACE_MS = 2000;
@@ -76,6 +76,11 @@ export interface StreamOptions {
   webhook?: Webhook | undefined;
   /** `streams.max_unsent_bytes`: a client this far behind is cut off (EventWriter). */
   maxUnsentBytes: number;
+  /**
+   * The whole event stream again for a completed job, answering a retry with its Idempotency-Key
+   * (the same body as the first): given, the key is honoured; without it, a stream ignores the key.
+   */
+  replay?: (job: JobRow) => string;
 }
 
 /** How a stream frames its job's parts, and what it writes once the job is over. */
@@ -112,17 +117,23 @@ export async function streamJob(
   let finished = false;
   let stopWatching: () => void = () => undefined;
   try {
-    const { job: submitted, windows } = await jobs.submit({
+    const {
+      job: submitted,
+      windows,
+      replayed,
+    } = await jobs.submit({
       id,
       kind: options.kind,
       mode,
       caller: request.auth,
       request: options.request,
       webhook: options.webhook,
+      idempotencyKey: options.replay ? idempotencyKeyOf(request) : undefined,
     });
     // The caller's limits as they stand, on an early error's answer too.
     const limitHeaders = windows ? rateHeaders(windows) : {};
     reply.headers(limitHeaders);
+    if (replayed) return replay(reply, jobs, submitted, options);
     // A done event lost between processes still ends the stream: the store is read now and then.
     // The job's last chunks and its done event travel together after its end is committed, so a
     // stream that finds its job over in the store waits a little longer for them first.
@@ -134,7 +145,7 @@ export async function streamJob(
     // before there was a listener.
     const gone = () => {
       if (mode === 'stream' && !finished && !reply.raw.writableFinished)
-        void jobs.cancel(request.auth.org_id, id).catch(() => undefined);
+        void jobs.abandon(request.auth.org_id, id).catch(() => undefined);
     };
     reply.raw.once('close', gone);
     if (reply.raw.destroyed) gone();
@@ -193,6 +204,28 @@ export async function streamJob(
     stopWatching();
     off();
   }
+}
+
+/**
+ * The answer to a stream's retry with the Idempotency-Key of an earlier one: its job's whole stream
+ * once it completed, the error it ended with, or 409 while it still runs (its events so far are
+ * not kept to be sent again; its polling URL gives the result once it is over).
+ */
+function replay(reply: FastifyReply, jobs: JobService, job: JobRow, options: StreamOptions) {
+  reply.header('idempotent-replayed', 'true');
+  if (!isTerminal(job.status)) {
+    throw new KilnError(
+      'idempotency-key-in-progress',
+      'the original stream with this Idempotency-Key is still running',
+      { attach: { polling_url: `${options.kind.pollingBase}${job.id}` } },
+    );
+  }
+  if (job.status !== 'completed') throw jobError(job, jobs.poll(job));
+  const meta = job.meta ? (JSON.parse(job.meta) as Record<string, unknown>) : {};
+  return reply
+    .status(200)
+    .headers({ ...EVENT_STREAM_HEADERS, ...(options.headers?.(meta) ?? {}) })
+    .send((options.replay as (job: JobRow) => string)(job));
 }
 
 /**

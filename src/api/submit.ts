@@ -31,7 +31,7 @@ export interface SubmitOptions {
 
 const IDEMPOTENCY_KEY = /^[\x21-\x7e]{1,255}$/;
 
-function idempotencyKeyOf(request: FastifyRequest): string | undefined {
+export function idempotencyKeyOf(request: FastifyRequest): string | undefined {
   const header = request.headers['idempotency-key'];
   if (header === undefined) return undefined;
   if (typeof header !== 'string' || !IDEMPOTENCY_KEY.test(header)) {
@@ -153,7 +153,7 @@ export async function submitJob(
     waitMs = options.kind.queueTtlMs + options.kind.runLimitMs + 60_000;
     const gone = () => {
       if (!reply.raw.writableFinished && !isTerminal(job.status)) {
-        void deps.jobs.cancel(orgId, job.id).catch(() => undefined);
+        void deps.jobs.abandon(orgId, job.id).catch(() => undefined);
       }
     };
     reply.raw.once('close', gone);

@@ -305,6 +305,21 @@ export class JobService {
   }
 
   /**
+   * Cancels the job of a sync request or a stream whose caller went away before its answer, and
+   * frees the Idempotency-Key it came with: the caller saw no answer, so a retry with that key runs
+   * the request again rather than being told it was cancelled. A job that ended first keeps its
+   * key, and a retry gets its answer.
+   */
+  async abandon(orgId: string, id: string): Promise<void> {
+    try {
+      await this.cancel(orgId, id);
+    } catch {
+      return;
+    }
+    await this.store.idempotency.release(orgId, id);
+  }
+
+  /**
    * The one way a job becomes terminal. `guard` decides who may (the lease holder, a cancel, the
    * sweeper); the usage row and the webhook delivery commit with the transition or not at all.
    */

@@ -336,6 +336,14 @@ export const migrations: readonly Migration[] = [
     sql: () =>
       `UPDATE jobs SET expires_at = finished_at WHERE request = '{}' AND finished_at IS NOT NULL AND expires_at IS NOT NULL;`,
   },
+  {
+    version: 12,
+    name: 'idempotency keys found by their job',
+    // A key is freed when its caller goes away and its job is cancelled, and deleted with its job
+    // by the purge; each of those, and a job's deletion checking the key's reference to it, found
+    // the key by reading every key of the last day.
+    sql: () => 'CREATE INDEX idempotency_job ON idempotency_keys (job_id);',
+  },
 ];
 
 /**

@@ -17,6 +17,11 @@ export class IdempotencyRepository {
     );
   }
 
+  /** Frees the key that `jobId` was submitted with, if any: the same key may then make a new job. */
+  async release(orgId: string, jobId: string): Promise<void> {
+    await this.db.run('DELETE FROM idempotency_keys WHERE org_id = ? AND job_id = ?', [orgId, jobId]);
+  }
+
   /**
    * Binds the key to the job, taking over a record older than `since`; answers false when a live
    * record already holds the key (a concurrent twin won).
