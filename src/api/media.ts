@@ -71,7 +71,8 @@ export function mediaRoutes(app: FastifyInstance, deps: AppDeps): void {
         kind: kind('video.transition'),
         mode: 'async',
         request: video(body, model, { start_image: body.start_image, end_image: body.end_image }),
-        sent: body,
+        // The model a free key is held to is Kiln's choice, not the body's: bound with it.
+        sent: { ...body, model },
         webhook: body.webhook,
       });
     },

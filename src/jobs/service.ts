@@ -48,6 +48,9 @@ export interface Submission {
 
 const IDEMPOTENCY_WINDOW_MS = 24 * 60 * 60 * 1000;
 
+/** Why a job was cancelled when its caller went away before the answer (JobService.abandon). */
+const ABANDONED = 'the job was cancelled: its caller went away before the answer';
+
 /** Keys sorted at every level, so the same body always hashes the same. */
 function canonical(value: unknown): string {
   if (Array.isArray(value)) return `[${value.map(canonical).join(',')}]`;
@@ -151,7 +154,14 @@ export class JobService {
       const since = now - IDEMPOTENCY_WINDOW_MS;
       if (idempotencyKey) {
         const existing = await this.store.idempotency.find(orgId, idempotencyKey, since);
-        if (existing) return { job: await this.#replay(orgId, existing, requestHash), replayed: true };
+        if (existing) {
+          const job = await this.#replay(orgId, existing, requestHash);
+          // Cancelled because its caller went away: the key is free (abandon frees it just after the
+          // cancel commits; this retry may come in between), and the request runs again.
+          if (job.status !== 'cancelled' || job.error_message !== ABANDONED) return { job, replayed: true };
+          await this.store.idempotency.release(orgId, job.id);
+          continue;
+        }
       }
       const id = submission.id ?? uuidv7(now);
       // A request waiting on its answer runs at once on a free worker of this process: no queue
@@ -283,15 +293,16 @@ export class JobService {
   }
 
   /** Cancels a queued or running job; a terminal one is 409 `job-already-terminal`. */
-  async cancel(orgId: string, publicId: string): Promise<JobRow> {
+  async cancel(
+    orgId: string,
+    publicId: string,
+    why = 'the job was cancelled at the caller\u2019s request',
+  ): Promise<JobRow> {
     const job = await this.get(orgId, publicId);
     const cancelled = await this.finish(
       job.id,
       { by: 'cancel', orgId },
-      {
-        status: 'cancelled',
-        error: { code: 'cancelled', message: 'the job was cancelled at the caller\u2019s request' },
-      },
+      { status: 'cancelled', error: { code: 'cancelled', message: why } },
     );
     if (cancelled) {
       // Started, whatever the read above saw: a worker may have claimed it in between.
@@ -312,7 +323,7 @@ export class JobService {
    */
   async abandon(orgId: string, id: string): Promise<void> {
     try {
-      await this.cancel(orgId, id);
+      await this.cancel(orgId, id, ABANDONED);
     } catch {
       return;
     }

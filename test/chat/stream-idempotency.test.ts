@@ -20,7 +20,7 @@ for (const store of storeCases) {
     const newKey = () => `stream-key-${++n}-${Date.now()}`;
 
     beforeAll(async () => {
-      // 20 ms a token: a 20-token answer runs for 400 ms, long enough to retry while it runs.
+      // 20 ms a token: a 60-token answer runs for 1.2 s, long enough to act while it runs.
       sims = await simPool(1, { decodeMsPerToken: 20 });
       kiln = await startTestServer(store, {
         engines: { pool: engine('unique', sims) },
@@ -34,7 +34,7 @@ for (const store of storeCases) {
     });
 
     const chatJobs = async () => (await kiln.call('GET', '/v1/jobs?kind=chat&limit=100')).body.data.length;
-    const body = (words: string, maxTokens = 20) => ({
+    const body = (words: string, maxTokens = 60) => ({
       model: 'm',
       messages: [{ role: 'user' as const, content: `Tell me about ${words}.` }],
       max_tokens: maxTokens,
@@ -155,7 +155,11 @@ for (const store of storeCases) {
       );
       abort.abort();
       expect(await first).toBeInstanceOf(Error);
-      expect((await settledJob(kiln, kiln.adminKey)).status).toBe('cancelled');
+      const abandoned = await settledJob(kiln, kiln.adminKey);
+      expect(abandoned).toMatchObject({
+        status: 'cancelled',
+        message: 'the job was cancelled: its caller went away before the answer',
+      });
 
       const retry = await kiln.call('POST', '/v1/chat/completions', {
         body: request,
@@ -164,6 +168,44 @@ for (const store of storeCases) {
       expect(retry.status, JSON.stringify(retry.body)).toBe(200);
       expect(retry.headers.get('idempotent-replayed')).toBeNull();
       expect(retry.body.choices[0].finish_reason).toBe('length');
+    });
+
+    it('a retry that comes after the cancel but before the key is freed runs the request again too', async () => {
+      const key = newKey();
+      const request = { ...body('kiln shelves'), stream: false };
+      const abort = new AbortController();
+      const first = post(request, key, abort.signal).catch((error: Error) => error);
+      const { store } = kiln.server;
+      let bound: Record<string, unknown> | undefined;
+      await until(
+        async () => {
+          [bound] = await store.driver.all('SELECT * FROM idempotency_keys WHERE idem_key = ?', [key]);
+          return bound !== undefined;
+        },
+        5000,
+        'the key to be bound',
+      );
+      abort.abort();
+      expect(await first).toBeInstanceOf(Error);
+      expect((await settledJob(kiln, kiln.adminKey)).status).toBe('cancelled');
+      // The moment between the cancel's commit and the key's release, held open: the key bound again.
+      await store.driver.run(
+        'INSERT INTO idempotency_keys (org_id, idem_key, request_hash, job_id, created_at) VALUES (?, ?, ?, ?, ?)',
+        [bound?.org_id, key, bound?.request_hash, bound?.job_id, bound?.created_at],
+      );
+
+      const retry = await kiln.call('POST', '/v1/chat/completions', {
+        body: request,
+        headers: { 'idempotency-key': key },
+      });
+      expect(retry.status, JSON.stringify(retry.body)).toBe(200);
+      expect(retry.headers.get('idempotent-replayed')).toBeNull();
+      const [rebound] = await store.driver.all<{ job_id: string }>(
+        'SELECT job_id FROM idempotency_keys WHERE idem_key = ?',
+        [key],
+      );
+      expect(rebound?.job_id).not.toBe(bound?.job_id);
+      expect(retry.body.id).toBe(`chatcmpl-${rebound?.job_id}`);
     });
   });
 }
