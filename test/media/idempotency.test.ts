@@ -79,6 +79,23 @@ for (const store of storeCases) {
       expect(await jobsOfKind('image.generation')).toBe(before + 1);
     }, 60_000);
 
+    it("a free key's transition is held to ltx-video: the same key and body from a standard key of the org is another request", async () => {
+      const headers = { 'idempotency-key': `media-${++key}` };
+      const body = { start_image: image, size: '512x512', duration_seconds: 1, prompt: 'a kiln', seed: 3 };
+      const free = await kiln.call('POST', '/v1/videos/transitions', {
+        body: { ...body, model: 'wan-2.2' },
+        headers,
+        key: await kiln.key('media-tiers', { tier: 'free' }),
+      });
+      expect([free.status, free.body.model]).toEqual([202, 'ltx-video']);
+      const standard = await kiln.call('POST', '/v1/videos/transitions', {
+        body: { ...body, model: 'wan-2.2' },
+        headers,
+        key: await kiln.key('media-tiers'),
+      });
+      expect([standard.status, standard.body.error?.code]).toEqual([422, 'idempotency-key-reused']);
+    }, 60_000);
+
     it('a seed the caller gives is bound too: the same key with another seed is refused', async () => {
       const headers = { 'idempotency-key': `media-${++key}` };
       const body = { prompt: 'a kiln', mode: 'async', size: '512x512' };
