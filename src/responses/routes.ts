@@ -17,6 +17,7 @@ import { chatFields, inputItems, Problems } from './input.js';
 import { inputItemsOf, resolveReferences } from './items.js';
 import { conversation } from './kind.js';
 import { RESPONSE_PREFIX, responseOf } from './present.js';
+import { responseReplay } from './replay.js';
 import { resumeStream } from './resume.js';
 import { ResponseBody, type ResponseEcho, type ResponseJobRequest } from './schema.js';
 
@@ -167,6 +168,7 @@ export function responseRoutes(app: FastifyInstance, deps: AppDeps): void {
           webhook: body.webhook,
           headers: routeOf,
           maxUnsentBytes: deps.config.streams.max_unsent_bytes,
+          replay: responseReplay,
         });
       }
       return submitJob(

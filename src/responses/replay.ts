@@ -1,0 +1,47 @@
+import type { ChatChunk } from '../engines/types.js';
+import type { JobRow } from '../store/types.js';
+import { ResponseEvents } from './events.js';
+import { outputIds } from './items.js';
+import { responseObject } from './output.js';
+import { createdAtOf, RESPONSE_PREFIX } from './present.js';
+import type { Item, ResponseJobRequest } from './schema.js';
+
+/** One choice's delta as the chunk ResponseEvents reads. */
+const chunkOf = (delta: Record<string, unknown>) =>
+  ({ choices: [{ index: 0, delta }] }) as unknown as ChatChunk;
+
+/**
+ * A completed streamed response again, for a retry with its Idempotency-Key: the events a stream of
+ * its stored output makes, numbered from 0 — `response.created` and `response.in_progress`, each
+ * output item with its text or arguments as one delta, and the terminal event with the response as
+ * stored. The same ids and text as the first stream; fewer deltas.
+ */
+export function responseReplay(job: JobRow): string {
+  const request = JSON.parse(job.request) as ResponseJobRequest;
+  const response = JSON.parse(job.result ?? '{}') as Record<string, unknown> & { output?: Item[] };
+  let events = '';
+  const stream = new ResponseEvents((text) => {
+    events += text;
+  }, outputIds(job.id));
+  const base = { id: `${RESPONSE_PREFIX}${job.id}`, model: request.model, createdAt: createdAtOf(job.id) };
+  stream.start(responseObject({ ...base, status: 'in_progress' }, request.echo));
+  let calls = 0;
+  for (const item of response.output ?? []) {
+    if (item.type === 'message') {
+      const parts = (item.content ?? []) as Array<{ type?: string; text?: string }>;
+      const text = parts.map((part) => (part.type === 'output_text' ? (part.text ?? '') : '')).join('');
+      if (text !== '') stream.chunk(chunkOf({ content: text }));
+    } else if (item.type === 'function_call') {
+      const call = {
+        index: calls++,
+        id: item.call_id,
+        function: { name: item.name, arguments: item.arguments },
+      };
+      stream.chunk(chunkOf({ tool_calls: [call] }));
+    }
+  }
+  const status = response.status === 'incomplete' ? 'incomplete' : 'completed';
+  stream.close(status);
+  stream.end(`response.${status}`, response);
+  return events;
+}
