@@ -390,7 +390,11 @@ export class JobService {
     const row = await tx.jobs.finish(id, guard, outcome, now, this.settings.retentionMs, known);
     if (!row) return undefined;
     // The reservation gives way to what the job really used, in the same commit: nothing leaks.
-    if (row.metered) await tx.admissions.settle(row.id, this.#used(row, outcome));
+    // A job its caller stopped while it ran (a cancel, a client gone) has no usage from its engine,
+    // though it may have generated most of its answer: its reservation stands, or a budget could be
+    // outrun by walking away from every stream before its end. (A timeout is not the caller's doing.)
+    const stopped = outcome.usage === undefined && row.started_at !== null && row.status === 'cancelled';
+    if (row.metered) await tx.admissions.settle(row.id, stopped ? undefined : this.#used(row, outcome));
     if (row.webhook_url) {
       await tx.webhooks.enqueue({
         jobId: row.id,

@@ -62,7 +62,7 @@ for (const storeCase of storeCases) {
     };
     const uuidOf = (publicId: string) => publicId.replace(/^[a-z]+-/, '');
 
-    it('a cancelled and a failed job give back their reservation; the budget then equals what was really used', async () => {
+    it('a failed job gives back its reservation, one cancelled while it ran keeps it; the budget counts both so', async () => {
       const { key } = await limited({ tokens_per_day: 100_000 });
       const ask = (model: string, extra: Record<string, unknown> = {}) =>
         kiln.call('POST', '/v1/chat/completions', {
@@ -80,6 +80,7 @@ for (const storeCase of storeCases) {
       const held = await kiln.server.store.admissions.get(uuidOf(running.body.id));
       expect(held).toMatchObject({ held: 1 });
       expect(held?.tokens).toBeGreaterThan(400);
+      const reserved = held?.tokens as number;
       await waitUntil(
         async () =>
           (await kiln.call('GET', `/api/v1/jobs/${running.body.id}`, { key })).body.status === 'running',
@@ -95,20 +96,54 @@ for (const storeCase of storeCases) {
       expect(done.status).toBe(200);
       const real = done.body.usage.prompt_tokens + done.body.usage.completion_tokens;
 
-      for (const id of [running.body.id, failing.body.id, done.body.id]) {
+      for (const id of [failing.body.id, done.body.id]) {
         await ended(key, id);
         const admission = await kiln.server.store.admissions.get(uuidOf(id));
         expect(admission?.held, id).toBe(0);
         expect(admission?.tokens, id).toBe(await ledgerTokens(uuidOf(id)));
       }
       expect((await kiln.server.store.admissions.get(uuidOf(failing.body.id)))?.tokens).toBe(0);
+      // Stopped mid-answer, the cancelled job reported no usage (the ledger's 0), though its engine
+      // was generating: it counts as its reservation, so cancelling cannot outrun a budget.
+      expect(await ledgerTokens(uuidOf(running.body.id))).toBe(0);
+      expect(await kiln.server.store.admissions.get(uuidOf(running.body.id))).toMatchObject({
+        held: 0,
+        tokens: reserved,
+      });
       const usage = await kiln.call('GET', '/api/v1/usage', { key });
-      const cancelledUse = await ledgerTokens(uuidOf(running.body.id));
       expect(usage.body.limits.key.tokens_per_day).toMatchObject({
         limit: 100_000,
-        used: real + cancelledUse,
-        remaining: 100_000 - real - cancelledUse,
+        used: real + reserved,
+        remaining: 100_000 - real - reserved,
       });
+    });
+
+    it('a stream walked away from counts its reservation: leaving every stream early does not outrun a budget', async () => {
+      const { key } = await limited({ tokens_per_day: 200 });
+      const stream = async () => {
+        const abort = new AbortController();
+        const response = await fetch(`${kiln.url}/v1/chat/completions`, {
+          method: 'POST',
+          headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+          body: JSON.stringify({
+            model: 'slow',
+            messages: [{ role: 'user', content: 'tell me a long story' }],
+            max_tokens: 300,
+            stream: true,
+          }),
+          signal: abort.signal,
+        });
+        if (response.status !== 200) return response.status;
+        // The first tokens, then gone: the job is cancelled, its engine stopped.
+        await (response.body as ReadableStream<Uint8Array>).getReader().read();
+        abort.abort();
+        return 200;
+      };
+      expect(await stream()).toBe(200);
+      const [job] = (await kiln.call('GET', '/v1/jobs?limit=1', { key })).body.data;
+      expect((await ended(key, job.id)).status).toBe('cancelled');
+      // Its 300 tokens and the prompt's estimate stay counted: the next stream is over the budget.
+      expect(await stream()).toBe(429);
     });
 
     it('the official openai client, with its default retries, gets through once the minute window frees room', async () => {

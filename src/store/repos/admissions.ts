@@ -173,12 +173,18 @@ export class AdmissionRepository {
     return to;
   }
 
-  /** Replaces a held job's reservation by what it used; false when it was settled already (or never admitted). */
-  async settle(jobId: string, used: { tokens: number; media_ms: number }): Promise<boolean> {
-    const changed = await this.db.run(
-      'UPDATE admissions SET held = 0, tokens = ?, media_ms = ? WHERE job_id = ? AND held = 1',
-      [used.tokens, used.media_ms, jobId],
-    );
+  /**
+   * Replaces a held job's reservation by what it used, or keeps it when that is unknown (`undefined`);
+   * false when it was settled already (or never admitted).
+   */
+  async settle(jobId: string, used: { tokens: number; media_ms: number } | undefined): Promise<boolean> {
+    // Unknown use: the reservation stays what the job counts.
+    const changed = used
+      ? await this.db.run(
+          'UPDATE admissions SET held = 0, tokens = ?, media_ms = ? WHERE job_id = ? AND held = 1',
+          [used.tokens, used.media_ms, jobId],
+        )
+      : await this.db.run('UPDATE admissions SET held = 0 WHERE job_id = ? AND held = 1', [jobId]);
     return changed > 0;
   }
 
