@@ -43,5 +43,29 @@ for (const storeCase of storeCases) {
         expect(listed.limits).toEqual({ requests_per_minute: 5, concurrent: 1 });
       }
     });
+
+    it('a hundred PATCHes of one key at once: each applied, or refused 409 with nothing changed, never a 500', async () => {
+      const { id } = (await kiln.call('POST', '/admin/v1/keys', { body: { org: 'default' } })).body;
+      // Each PATCH sets `concurrent` to a value of its own.
+      const patches = await Promise.all(
+        Array.from({ length: 100 }, (_, i) =>
+          kiln.call('PATCH', `/admin/v1/keys/${id}`, { body: { limits: { concurrent: i + 1 } } }),
+        ),
+      );
+      const statuses = patches.map((p) => p.status);
+      expect(
+        statuses.every((status) => status === 200 || status === 409),
+        String(statuses),
+      ).toBe(true);
+      for (const refused of patches.filter((p) => p.status === 409)) {
+        expect(refused.body.error).toMatchObject({ code: 'conflict', param: 'limits' });
+      }
+      // The key holds the value of one PATCH that was applied.
+      const key = (await kiln.call('GET', '/admin/v1/keys?org=default')).body.data.find(
+        (k: { id: string }) => k.id === id,
+      );
+      const applied = patches.flatMap((p, i) => (p.status === 200 ? [i + 1] : []));
+      expect(applied).toContain(key.limits.concurrent);
+    });
   });
 }

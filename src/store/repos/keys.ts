@@ -1,3 +1,4 @@
+import { KilnError } from '../../errors.js';
 import { newId } from '../../ids.js';
 import { type Limits, parseLimits } from '../../limits/schema.js';
 import type { SqlExecutor } from '../driver.js';
@@ -121,8 +122,14 @@ export async function mergeIntoLimits(
       [...(also.params ?? []), next, id, row.limits ?? ''],
     );
     if (written > 0) return true;
+    // Many changes at once to one row: a short random wait lets them take turns.
+    await new Promise((resolve) => setTimeout(resolve, Math.random() * 2 * (attempt + 1)));
   }
-  throw new Error(`${table} ${id}: its limits kept changing under this update; try again`);
+  throw new KilnError(
+    'conflict',
+    'its limits kept changing under this update, by others made at the same moment; nothing was changed, try again',
+    { param: 'limits' },
+  );
 }
 
 /** `base` with `change` applied: a number sets a limit, null removes it. */
