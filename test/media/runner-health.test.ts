@@ -103,6 +103,13 @@ describe('runner health and reload', () => {
     const fleet = await kiln.call('GET', '/admin/v1/fleet', { key });
     expect(fleet.body.runners.map((r: { name: string }) => r.name)).toEqual(['first', 'second']);
 
+    // An empty file (a save in progress, a truncation) is refused, and the running fleet stays.
+    writeFileSync(configFile, '  \n');
+    const empty = await kiln.call('POST', '/admin/reload', { key });
+    expect([empty.status, empty.body.error.code]).toEqual([400, 'validation-failed']);
+    expect(empty.body.error.details[0].message).toContain('is empty');
+    expect((await kiln.call('GET', '/admin/v1/fleet', { key })).body.runners).toHaveLength(2);
+
     // And removed again: its model is no longer ready, the other runner serves on.
     writeRunners({ first: { url: first.url, models: ['sdxl'] } });
     expect((await kiln.call('POST', '/admin/reload', { key })).status).toBe(200);
