@@ -67,33 +67,40 @@ const UNITS: Record<LimitName, string> = {
  */
 export function refusal(violations: Violation[], windows: RateWindows): KilnError {
   const retryMs = Math.max(...violations.map((v) => v.retryMs));
+  // A limit of 0 admits nothing, ever: no time to retry at, until an admin raises it.
+  const never = violations.some((v) => v.limit === 0);
   const details = violations.map((v) => {
     const when =
       v.resetsAt === undefined ? 'when one of them ends' : `at ${new Date(v.resetsAt).toISOString()}`;
     return {
       field: v.name,
       rule: BUDGETS.has(v.name) ? 'budget' : 'rate',
-      message: `${v.scope.label} has used ${v.used} of its ${v.limit} ${UNITS[v.name]}; room frees ${when}`,
+      message:
+        v.limit === 0
+          ? `${v.scope.label} has a limit of 0 ${UNITS[v.name]}: nothing is admitted until an admin raises it`
+          : `${v.scope.label} has used ${v.used} of its ${v.limit} ${UNITS[v.name]}; room frees ${when}`,
       scope: v.scope.scope,
       limit: v.limit,
       used: v.used,
-      ...(v.resetsAt === undefined ? {} : { resets_at: new Date(v.resetsAt).toISOString() }),
-      retry_after_ms: Math.ceil(v.retryMs),
+      ...(v.resetsAt === undefined || v.limit === 0 ? {} : { resets_at: new Date(v.resetsAt).toISOString() }),
+      ...(v.limit === 0 ? {} : { retry_after_ms: Math.ceil(v.retryMs) }),
     };
   });
   const budget = violations.some((v) => BUDGETS.has(v.name));
-  const first = details[0]?.message ?? 'limit reached';
+  const first = (details.find((d) => d.limit === 0) ?? details[0])?.message ?? 'limit reached';
   const retrySeconds = Math.max(1, Math.ceil(retryMs / 1000));
   return new KilnError(
     budget ? 'budget-exceeded' : 'rate-limited',
-    `${first}; retry after ${retrySeconds} s`,
+    never ? first : `${first}; retry after ${retrySeconds} s`,
     {
       details,
       headers: {
-        'retry-after': String(retrySeconds),
-        'retry-after-ms': String(Math.ceil(retryMs)),
-        // A spent budget does not come back within a client's retries: OpenAI's clients stop at once.
-        ...(budget ? { 'x-should-retry': 'false' } : {}),
+        ...(never
+          ? {}
+          : { 'retry-after': String(retrySeconds), 'retry-after-ms': String(Math.ceil(retryMs)) }),
+        // A spent budget, or a limit of 0, does not come back within a client's retries: OpenAI's
+        // clients stop at once.
+        ...(budget || never ? { 'x-should-retry': 'false' } : {}),
         ...rateHeaders(windows),
       },
     },

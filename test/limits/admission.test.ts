@@ -82,6 +82,23 @@ for (const storeCase of storeCases) {
       expect(unlimited.headers.get('x-ratelimit-limit-requests')).toBeNull();
     });
 
+    it('a limit of 0 refuses with no time to retry at: no Retry-After, x-should-retry false, and says so', async () => {
+      for (const [i, limits] of [{ requests_per_minute: 0 }, { concurrent: 0 }].entries()) {
+        const { key } = await limitedKey(kiln, `zero-org-${i}`, limits);
+        const refused = await sleep(key, { ms: 1, mode: 'sync' });
+        const name = Object.keys(limits)[0] as string;
+        expect(refused.status, name).toBe(429);
+        expect(refused.headers.get('retry-after'), name).toBeNull();
+        expect(refused.headers.get('retry-after-ms'), name).toBeNull();
+        expect(refused.headers.get('x-should-retry'), name).toBe('false');
+        expect(refused.body.error.message, name).toMatch(
+          /has a limit of 0 .*: nothing is admitted until an admin raises it$/,
+        );
+        expect(refused.body.error.details[0], name).toMatchObject({ field: name, limit: 0 });
+        expect(refused.body.error.details[0].retry_after_ms, name).toBeUndefined();
+      }
+    });
+
     it('concurrent: 2 refuses a third async job while two run, and admits again once one ends', async () => {
       const { key } = await limitedKey(kiln, 'conc-org', { concurrent: 2 });
       const a = await sleep(key, { ms: 1500 });
