@@ -1,7 +1,7 @@
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import type { AppDeps } from '../api/app.js';
 import { issueKey } from '../auth/keys.js';
-import { KilnError, notFound } from '../errors.js';
+import { KilnError } from '../errors.js';
 import type { Limits } from '../limits/schema.js';
 import type { ApiKey, Org, Store } from '../store/index.js';
 import {
@@ -41,7 +41,7 @@ const keyBody = (key: ApiKey) => ({
 
 async function orgNamed(store: Store, name: string): Promise<Org> {
   const org = await store.orgs.byName(name);
-  if (!org) throw notFound('organisation', name);
+  if (!org) throw new KilnError('not-found', `no organisation '${name}'`);
   return org;
 }
 
@@ -126,7 +126,7 @@ export function adminApiRoutes(app: FastifyInstance, deps: AppDeps): void {
           ...(tier ? { tier } : {}),
           ...(limits ? { limits } : {}),
         });
-        if (!key) throw notFound('live key', request.params.id);
+        if (!key) throw new KilnError('not-found', `no live key '${request.params.id}'`);
         return keyBody(key);
       },
     );
@@ -135,7 +135,8 @@ export function adminApiRoutes(app: FastifyInstance, deps: AppDeps): void {
       '/admin/v1/keys/:id',
       { schema: { params: IdParams } },
       async (request) => {
-        if (!(await store.keys.revoke(request.params.id))) throw notFound('live key', request.params.id);
+        if (!(await store.keys.revoke(request.params.id)))
+          throw new KilnError('not-found', `no live key '${request.params.id}'`);
         return keyBody((await store.keys.byId(request.params.id)) as ApiKey);
       },
     );

@@ -1,6 +1,6 @@
 import { Type } from '@sinclair/typebox';
 import type { FastifyInstance } from 'fastify';
-import { KilnError } from '../errors.js';
+import { KilnError, validationError } from '../errors.js';
 import type { FileService } from '../files/service.js';
 import { parseJobId } from '../jobs/present.js';
 import { ListJobsQuery, type UsageQuery } from '../jobs/schemas.js';
@@ -84,6 +84,11 @@ export function jobRoutes(
     async (request) => {
       const until = request.query.until ?? Math.ceil(Date.now() / 1000);
       const since = request.query.since ?? 0;
+      if (since > until) {
+        throw validationError([
+          { field: 'since', rule: 'order', message: `since (${since}) is after until (${until})` },
+        ]);
+      }
       const data = await jobs.store.usage.summary(request.auth.org_id, since * 1000, until * 1000);
       // Where the caller stands against its limits now, whatever the period asked for.
       const limits = jobs.limiter

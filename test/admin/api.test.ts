@@ -119,7 +119,10 @@ for (const storeCase of storeCases) {
         expect(answer.status, `${method} ${route} ${JSON.stringify(body)}`).toBe(status);
         expect(answer.body.error.code).toBe(code);
       }
-      expect((await kiln.call('GET', '/admin/v1/keys?org=nowhere')).status).toBe(404);
+      const unknown = await kiln.call('GET', '/admin/v1/keys?org=nowhere');
+      expect([unknown.status, unknown.body.error.message]).toEqual([404, "no organisation 'nowhere'"]);
+      const noKey = await kiln.call('DELETE', '/admin/v1/keys/key_x');
+      expect([noKey.status, noKey.body.error.message]).toEqual([404, "no live key 'key_x'"]);
     });
   });
 }

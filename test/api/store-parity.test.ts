@@ -151,6 +151,12 @@ const cases: Case[] = [
     { name: `GET /api/v1/usage?until=${n}`, method: 'GET', route: `/api/v1/usage?until=${n}`, status: 400 },
   ]),
   {
+    name: 'GET /api/v1/usage with since after until',
+    method: 'GET',
+    route: '/api/v1/usage?since=50&until=49',
+    status: 400,
+  },
+  {
     name: 'GET /api/v1/usage at the bound',
     method: 'GET',
     route: '/api/v1/usage?until=253402300799',
