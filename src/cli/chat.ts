@@ -185,10 +185,18 @@ export function chatCommands(program: Command): void {
           print(`${submitted.id}\n`);
           return;
         }
-        const job = await client.jobs.wait(submitted.id, {
-          intervalMs: 250,
-          onRetry: sayPollRetry(submitted.id),
-        });
+        // The id first, on stderr: should the wait be interrupted, the job goes on and can be found.
+        process.stderr.write(`submitted ${submitted.id}; waiting for it\n`);
+        const onInterrupt = () => {
+          process.stderr.write(
+            `kiln: stopped waiting; the job goes on (kiln jobs wait ${submitted.id}, or kiln jobs cancel ${submitted.id})\n`,
+          );
+          process.exit(130);
+        };
+        process.once('SIGINT', onInterrupt);
+        const job = await client.jobs
+          .wait(submitted.id, { intervalMs: 250, onRetry: sayPollRetry(submitted.id) })
+          .finally(() => process.removeListener('SIGINT', onInterrupt));
         if (json) printJson(job);
         if (job.status !== 'completed') return reportJobFailure(job);
         if (!json) printText(contentOf(job.result as ChatCompletion));

@@ -42,7 +42,12 @@ export function jobsCommands(program: Command): void {
     .option('--interval <ms>', 'time between polls', '500')
     .option('--timeout <seconds>', 'give up after this long (the job goes on)')
     .action(async (id: string, options: { interval: string; timeout?: string }) => {
-      const intervalMs = positive('--interval', options.interval) as number;
+      // As the media commands take it: a whole number of ms a timer can hold, and no busier than 10.
+      const intervalMs = positive('--interval', options.interval, 60_000) as number;
+      if (!Number.isInteger(intervalMs) || intervalMs < 10)
+        throw new UsageError(
+          `--interval must be a whole number of ms from 10 to 60000, not '${options.interval}'`,
+        );
       const timeout = positive('--timeout', options.timeout);
       // A bar on stderr once the job reports progress (image and video jobs do; chat jobs do not).
       const progress = new Progress(id);
@@ -102,8 +107,15 @@ export function jobsCommands(program: Command): void {
         process.stdout.write(
           `${table([['ID', 'KIND', 'STATUS', 'CREATED', 'FINISHED', 'CODE'], ...rows])}\n`,
         );
-        if (page.has_more && page.last_id)
-          process.stderr.write(`more: kiln jobs list --after ${page.last_id}\n`);
+        if (page.has_more && page.last_id) {
+          // The same filters and page size, from where this page ended.
+          const same = [
+            options.status ? ` --status ${options.status}` : '',
+            options.kind ? ` --kind '${options.kind}'` : '',
+            ` --limit ${limit}`,
+          ].join('');
+          process.stderr.write(`more: kiln jobs list${same} --after ${page.last_id}\n`);
+        }
       },
     );
 }

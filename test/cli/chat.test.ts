@@ -94,10 +94,12 @@ describe('kiln chat and kiln jobs against a simulated fleet', () => {
       kiln([...args, '--json', 'Tell me about glazes.']),
     ]);
     for (const result of [sync, streamed, piped, waited]) {
-      expect(result.stderr).toBe('');
       expect(result.code).toBe(0);
       expect(result.stdout).toBe(`${expected}\n`);
     }
+    for (const result of [sync, streamed, piped]) expect(result.stderr).toBe('');
+    // Waiting, it names the job first: an interrupted wait leaves a job that can be found again.
+    expect(waited.stderr).toMatch(new RegExp(`^submitted chatcmpl-${UUID}; waiting for it\n$`));
     expect(json.code).toBe(0);
     const completion = JSON.parse(json.stdout);
     expect(completion).toMatchObject({ object: 'chat.completion', model: 'helper' });
@@ -152,6 +154,34 @@ describe('kiln chat and kiln jobs against a simulated fleet', () => {
     expect(JSON.parse(listedJson.stdout).data.map((job: { id: string }) => job.id)).toContain(id);
     expect(cancel.code).toBe(1);
     expect(cancel.stderr).toMatch(/^kiln: job-already-terminal \(HTTP 409\): /);
+
+    // A page's hint keeps its filters and size; following it gives the next page of the same list.
+    await kiln(['chat', '--model', 'm', '--max-tokens', '3', 'again']);
+    const page = await kiln(['jobs', 'list', '--kind', 'chat', '--status', 'completed', '--limit', '1']);
+    const hint = /^more: kiln jobs list --status completed --kind 'chat' --limit 1 --after (\S+)\n$/.exec(
+      page.stderr,
+    );
+    expect(hint, page.stderr).not.toBeNull();
+    const next = await kiln([
+      'jobs',
+      'list',
+      '--status',
+      'completed',
+      '--kind',
+      'chat',
+      '--limit',
+      '1',
+      '--after',
+      hint?.[1] as string,
+    ]);
+    expect(next.stdout.trimEnd().split('\n')[1]).toMatch(/^chatcmpl-\S+\s+chat\s+completed /);
+
+    // A poll interval a timer cannot hold, or a busy one, is refused before any poll.
+    for (const interval of ['3000000000', '0.5', '5']) {
+      const refused = await kiln(['jobs', 'wait', id as string, '--interval', interval]);
+      expect([refused.code, refused.stdout], interval).toEqual([1, '']);
+      expect(refused.stderr, interval).toMatch(/^kiln: --interval must be /);
+    }
   });
 
   it('an unknown model and a failing engine print the error code and exit 1', async () => {
@@ -176,7 +206,9 @@ describe('kiln chat and kiln jobs against a simulated fleet', () => {
     expect(brokenWait.code).toBe(1);
     expect(brokenWait.stdout).toBe('');
     expect(brokenWait.stderr).toMatch(
-      new RegExp(`^kiln: job chatcmpl-${UUID} failed: inference-failed: .+\\n$`),
+      new RegExp(
+        `^submitted (chatcmpl-${UUID}); waiting for it\\nkiln: job \\1 failed: inference-failed: .+\\n$`,
+      ),
     );
 
     // Some text arrived before the engine broke off: it stays printed, on a line of its own, then the error.

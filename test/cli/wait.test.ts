@@ -1,12 +1,13 @@
+import { spawn } from 'node:child_process';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { KilnClient } from '../../src/client/index.js';
-import { kiln } from '../helpers/cli.js';
+import { KILN_BIN, kiln } from '../helpers/cli.js';
 import { callGateway } from '../helpers/http.js';
 import { closedPort } from '../helpers/ports.js';
-import { processWorld, startServerProcess } from '../helpers/process.js';
+import { processWorld, startServerProcess, waitUntil } from '../helpers/process.js';
 import { storeCases } from '../helpers/stores.js';
 
 /**
@@ -167,6 +168,65 @@ describe('the client: a gateway that goes away right after it accepted a job', (
       expect(done.status).toBe('completed');
     } finally {
       await new Promise((resolve) => second.close(resolve));
+    }
+  });
+});
+
+describe('kiln chat --async --wait interrupted', () => {
+  it('names the job before it waits, and on Ctrl-C says the job goes on and how to pick it up again', async () => {
+    const id = 'chatcmpl-01a21f30-0000-7000-8000-000000000001';
+    const gateway = createServer((request, response) => {
+      response.writeHead(request.method === 'POST' ? 202 : 200, { 'content-type': 'application/json' });
+      response.end(
+        JSON.stringify(
+          request.method === 'POST'
+            ? {
+                id,
+                object: 'chat.completion.async',
+                status: 'queued',
+                polling_url: `/api/v1/jobs/${id}`,
+                created: 1,
+              }
+            : {
+                id,
+                object: 'job',
+                kind: 'chat',
+                status: 'running',
+                created: 1,
+                started_at: 1,
+                finished_at: null,
+              },
+        ),
+      );
+    });
+    await new Promise<void>((resolve) => gateway.listen(0, '127.0.0.1', resolve));
+    try {
+      const child = spawn(process.execPath, [KILN_BIN, 'chat', '--model', 'm', '--async', '--wait', 'hi'], {
+        env: {
+          PATH: process.env.PATH ?? '',
+          KILN_BASE_URL: `http://127.0.0.1:${(gateway.address() as AddressInfo).port}`,
+          KILN_API_KEY: 'kiln_sk_any',
+        },
+        stdio: ['ignore', 'pipe', 'pipe'],
+      });
+      let stderr = '';
+      child.stderr.on('data', (chunk: Buffer) => {
+        stderr += chunk;
+      });
+      const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
+      await waitUntil(() => (stderr.includes('waiting for it') ? true : undefined), {
+        timeoutMs: 10_000,
+        describe: () => `the wait to begin; stderr: ${stderr}`,
+      });
+      child.kill('SIGINT');
+      expect(await exited).toBe(130);
+      expect(stderr).toBe(
+        `submitted ${id}; waiting for it\n` +
+          `kiln: stopped waiting; the job goes on (kiln jobs wait ${id}, or kiln jobs cancel ${id})\n`,
+      );
+    } finally {
+      gateway.closeAllConnections();
+      await new Promise((resolve) => gateway.close(resolve));
     }
   });
 });
