@@ -119,6 +119,13 @@ export function ctxCommands(program: Command): void {
     .action(async (options: SaveOptions) => {
       const precondition = preconditionOf(options);
       const content = await contentOf(options);
+      // Empty content is a mistake far more often than a wish (an unset "$VAR", an empty file), and
+      // it would wipe the stored context: refused, as empty stdin and an empty clipboard are.
+      if (content === '') {
+        throw new UsageError(
+          `the content is empty: nothing was saved (kiln ctx rm '${options.name}' deletes a context)`,
+        );
+      }
       const client = clientFromEnv();
       const { context, created } = await client.contexts.save(
         {

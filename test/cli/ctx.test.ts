@@ -230,6 +230,24 @@ describe('kiln ctx against a running gateway', () => {
     );
   });
 
+  it('save refuses empty content from -c or a file, keeping the stored context', async () => {
+    await seed('kept', 'still here\n');
+    const empty = path.join(workDir, 'empty.txt');
+    writeFileSync(empty, '');
+    for (const args of [
+      ['-c', ''],
+      ['--file', empty],
+    ]) {
+      const refused = await ctx(['ctx', 'save', '--name', 'kept', ...args]);
+      expect([refused.code, refused.stdout, refused.stderr], args[0]).toEqual([
+        1,
+        '',
+        "kiln: the content is empty: nothing was saved (kiln ctx rm 'kept' deletes a context)\n",
+      ]);
+    }
+    expect(await contentOnServer('kept')).toBe('still here\n');
+  });
+
   it('save refuses a file or piped input that is not UTF-8, saying so, and stores nothing', async () => {
     // "café" in Latin-1: its é is no UTF-8. Decoded leniently it would be stored as "caf\uFFFD".
     const latin1 = Buffer.from('café\n', 'latin1');
