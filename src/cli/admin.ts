@@ -43,6 +43,12 @@ async function withStore<T>(command: Command, work: (store: Store) => Promise<T>
       );
     }
     const version = await store.schemaVersion();
+    if (version > latestVersion()) {
+      throw new UsageError(
+        `the store is at schema version ${version}, newer than this Kiln (${VERSION}) knows (${latestVersion()}): ` +
+          'run a Kiln at least as new as the one that migrated it; nothing was changed',
+      );
+    }
     if (version < latestVersion()) {
       throw new UsageError(
         `the store is at schema version ${version} and this Kiln (${VERSION}) works on version ${latestVersion()}: ` +

@@ -1,3 +1,4 @@
+import { VERSION } from '../version.js';
 import type { Dialect, SqlDriver } from './driver.js';
 
 /**
@@ -355,6 +356,16 @@ export async function migrate(driver: SqlDriver, through = Number.POSITIVE_INFIN
   await driver.exec(
     'CREATE TABLE IF NOT EXISTS kiln_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at BIGINT NOT NULL)',
   );
+  // A store a newer Kiln migrated has tables this one does not know how to keep right.
+  const newest = await driver.get<{ v: number | string | null }>(
+    'SELECT MAX(version) AS v FROM kiln_migrations',
+  );
+  const at = Number(newest?.v ?? 0);
+  if (at > latestVersion()) {
+    throw new Error(
+      `the store is at schema version ${at}, newer than this Kiln (${VERSION}) knows (${latestVersion()}): run a Kiln at least as new as the one that migrated it; nothing was changed`,
+    );
+  }
   let applied = 0;
   for (const migration of migrations) {
     if (migration.version > through) break;
