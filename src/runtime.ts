@@ -17,6 +17,7 @@ import { responseKind } from './responses/kind.js';
 import { Purger } from './retention/purge.js';
 import { Router, RoutingMemory } from './router/index.js';
 import { openStore, type Store } from './store/index.js';
+import { newerStoreProblem } from './store/migrations.js';
 import { startTelemetry } from './telemetry/index.js';
 import { WebhookDeliverer } from './webhooks/deliverer.js';
 
@@ -72,6 +73,13 @@ export async function createRuntime(
   try {
     const applied = await store.migrate();
     if (applied > 0) logger.info({ applied, store: store.dialect }, 'store migrated');
+    // Served all the same: while gateways roll to a new release, the old ones restart on its schema.
+    const newer = newerStoreProblem(await store.schemaVersion());
+    if (newer)
+      logger.warn(
+        { store: store.dialect },
+        `${newer}: serving it, as during a rolling upgrade; only do so if that release's notes say its schema works with older code`,
+      );
   } catch (error) {
     await store.close().catch(() => undefined);
     throw error;

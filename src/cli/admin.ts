@@ -6,7 +6,7 @@ import { issueKey } from '../auth/keys.js';
 import { randomBase62 } from '../ids.js';
 import type { Limits } from '../limits/schema.js';
 import type { Store } from '../store/index.js';
-import { latestVersion } from '../store/migrations.js';
+import { latestVersion, newerStoreProblem } from '../store/migrations.js';
 import { VERSION } from '../version.js';
 import { isoTime, NO_STORE_FIX, serverConfig, table, UsageError } from './common.js';
 import { limitChange, limitOptions, limitsSummary } from './limits.js';
@@ -43,10 +43,10 @@ async function withStore<T>(command: Command, work: (store: Store) => Promise<T>
       );
     }
     const version = await store.schemaVersion();
-    if (version > latestVersion()) {
+    const newer = newerStoreProblem(version);
+    if (newer) {
       throw new UsageError(
-        `the store is at schema version ${version}, newer than this Kiln (${VERSION}) knows (${latestVersion()}): ` +
-          'run a Kiln at least as new as the one that migrated it; nothing was changed',
+        `${newer}: use a kiln at least as new as the one that migrated it; nothing was changed`,
       );
     }
     if (version < latestVersion()) {

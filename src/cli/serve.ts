@@ -125,6 +125,10 @@ export function serveCommands(program: Command): void {
       const { openStore } = await import('../store/index.js');
       const store = openStore(config.store);
       try {
+        // A store from a newer Kiln has nothing for this one to apply, and is not this one's to vouch for.
+        const { newerStoreProblem } = await import('../store/migrations.js');
+        const newer = newerStoreProblem(await store.schemaVersion().catch(() => 0));
+        if (newer) throw new UsageError(`${newer}: nothing to apply, and nothing was changed`);
         const applied = await store.migrate();
         process.stdout.write(`applied ${applied} migration(s) to the ${store.dialect} store\n`);
       } finally {

@@ -136,11 +136,12 @@ describe.each(storeCases)('admin commands on a store with pending migrations: $n
 });
 
 /**
- * A store a newer Kiln migrated: this one knows none of its newest tables' rules, so `kiln migrate`,
- * the admin commands and `kiln serve` all refuse it, as `kiln restore` does, and change nothing.
+ * A store a newer Kiln migrated: this one knows none of its newest tables' rules, so `kiln migrate`
+ * and the admin commands refuse it, as `kiln restore` does, and change nothing. (`kiln serve` serves
+ * it with a warning: old gateways restart on a new schema while a compatible release rolls out.)
  */
 describe.each(storeCases)('commands on a store from a newer Kiln: $name', (c) => {
-  it.skipIf(c.skip)(`${caseTitle(c)}: migrate, admin commands and serve refuse it`, async () => {
+  it.skipIf(c.skip)(`${caseTitle(c)}: migrate and the admin commands refuse it`, async () => {
     const { store: config, cleanup } = c.fresh();
     const newer = openStore(config);
     await newer.migrate();
@@ -150,12 +151,12 @@ describe.each(storeCases)('commands on a store from a newer Kiln: $name', (c) =>
       Date.now(),
     ]);
     await newer.close();
-    const env = { KILN_STORE_URL: config.url, KILN_STORE_SCHEMA: config.schema, KILN_PORT: '0' };
+    const env = { KILN_STORE_URL: config.url, KILN_STORE_SCHEMA: config.schema };
     const kiln = kilnWith({ cwd, env });
     const says = `the store is at schema version ${latestVersion() + 1}, newer than this Kiln`;
     try {
-      for (const args of [['migrate'], ['orgs', 'list'], ['keys', 'create', '--org', 'default'], ['serve']]) {
-        const result = await kiln(args, { timeoutMs: 20_000 });
+      for (const args of [['migrate'], ['orgs', 'list'], ['keys', 'create', '--org', 'default']]) {
+        const result = await kiln(args);
         expect(result.code, args.join(' ')).not.toBe(0);
         expect(result.stdout, args.join(' ')).toBe('');
         expect(result.stderr, args.join(' ')).toContain(says);
