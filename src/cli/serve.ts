@@ -101,10 +101,17 @@ export function serveCommands(program: Command): void {
       const runtime = await createRuntime(config, logger);
       // Without it, what a worker does (its jobs, engine calls, webhooks) is counted nowhere. Bound
       // before any job is claimed, so that a busy port stops the worker while it holds nothing.
+      // What the runtime opened (the store, its timers) is closed on that failure, or the process
+      // would stay up doing nothing, and look alive to a supervisor.
       const scrapes =
         config.metrics.port === 0
           ? undefined
-          : await (await import('../metrics/listener.js')).listenForScrapes(runtime, logger);
+          : await (await import('../metrics/listener.js'))
+              .listenForScrapes(runtime, logger)
+              .catch(async (error: unknown) => {
+                await runtime.close().catch(() => undefined);
+                throw error;
+              });
       await runtime.startBackground();
       logger.info(
         { workers: config.jobs.workers, store: runtime.store.dialect, metrics: scrapes?.url },

@@ -6,6 +6,7 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { LlmSim } from '../../src/sim/llm/server.js';
 import { closeAll, engine, simPool, until } from '../chat/fleet.js';
+import { kiln as kilnCli } from '../helpers/cli.js';
 import { closedPort } from '../helpers/ports.js';
 import { type KilnProcess, spawnKiln } from '../helpers/process.js';
 import { sample } from '../helpers/scrape.js';
@@ -25,6 +26,7 @@ describe.skipIf(pgCase.skip)(`kiln worker's metrics listener (metrics.port): ${c
   let worker: KilnProcess | undefined;
   let metricsUrl: string;
   let configDir: string;
+  let configFile: string;
   let hits = 0;
   const hooks = createServer((request, response) => {
     request.resume().on('end', () => {
@@ -43,7 +45,7 @@ describe.skipIf(pgCase.skip)(`kiln worker's metrics listener (metrics.port): ${c
       'security.allow_hosts': ['127.0.0.1'],
     });
     configDir = mkdtempSync(path.join(tmpdir(), 'kiln-worker-metrics-'));
-    const configFile = path.join(configDir, 'kiln.yaml');
+    configFile = path.join(configDir, 'kiln.yaml');
     writeFileSync(configFile, JSON.stringify({ engines }));
     worker = spawnKiln(
       { ...workerEnv(kiln, configFile), KILN_METRICS_PORT: String(await closedPort()) },
@@ -66,6 +68,22 @@ describe.skipIf(pgCase.skip)(`kiln worker's metrics listener (metrics.port): ${c
     const response = await fetch(metricsUrl, key ? { headers: { authorization: `Bearer ${key}` } } : {});
     return { status: response.status, text: await response.text() };
   };
+
+  it('a metrics port already in use stops the worker: it says why and exits, holding nothing', async () => {
+    const busy = createServer();
+    await new Promise<void>((resolve) => busy.listen(0, '127.0.0.1', resolve));
+    try {
+      const port = (busy.address() as AddressInfo).port;
+      const result = await kilnCli(['worker'], {
+        env: { ...workerEnv(kiln, configFile), KILN_METRICS_PORT: String(port) },
+        timeoutMs: 20_000,
+      });
+      expect(result.code).not.toBe(0);
+      expect(result.stderr).toContain('EADDRINUSE');
+    } finally {
+      await new Promise((resolve) => busy.close(resolve));
+    }
+  });
 
   it('listens on 127.0.0.1 and, like the gateway, wants a live key', async () => {
     expect(metricsUrl).toMatch(/^http:\/\/127\.0\.0\.1:\d+\/metrics$/);
