@@ -1,6 +1,7 @@
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import type { Command } from 'commander';
+import { Agent, fetch as undiciFetch } from 'undici';
 import { GatewayUnreachableError, JobPollError, KilnApiError, KilnClient } from '../client/index.js';
 import { ConfigError, loadConfig } from '../config/load.js';
 import { KilnError } from '../errors.js';
@@ -16,6 +17,31 @@ export function serverConfig(command: Command) {
 }
 
 const DEFAULT_BASE_URL = 'http://127.0.0.1:8080';
+
+/** POSTs that wait for their work (a sync chat or image request, a stream's first token) as long as it takes. */
+const WAITS_FOR_WORK = /\/v1\/(chat\/completions|images\/generations|responses)$/;
+
+/**
+ * fetch for the CLI: a request that waits for work has no time limit of its own (the gateway bounds
+ * the work); any other must start its answer, and go on sending it, within `KILN_TIMEOUT` seconds
+ * (default 60), so that a gateway that accepts connections but never answers fails clearly rather
+ * than after Node's five minutes. Node's own fetch would also cut a sync request at five minutes.
+ */
+function cliFetch(env: NodeJS.ProcessEnv): typeof fetch {
+  const seconds = env.KILN_TIMEOUT === undefined || env.KILN_TIMEOUT === '' ? 60 : Number(env.KILN_TIMEOUT);
+  if (!(seconds > 0) || !Number.isFinite(seconds)) {
+    throw new UsageError(`KILN_TIMEOUT must be a number of seconds above 0; it is "${env.KILN_TIMEOUT}"`);
+  }
+  let patient: Agent | undefined;
+  let prompt: Agent | undefined;
+  return ((input: string | URL, init: RequestInit = {}) => {
+    const waits = init.method === 'POST' && WAITS_FOR_WORK.test(new URL(String(input)).pathname);
+    const dispatcher = waits
+      ? (patient ??= new Agent({ headersTimeout: 0, bodyTimeout: 0 }))
+      : (prompt ??= new Agent({ headersTimeout: seconds * 1000, bodyTimeout: seconds * 1000 }));
+    return undiciFetch(input, { ...(init as object), dispatcher });
+  }) as unknown as typeof fetch;
+}
 
 /**
  * The client for commands that talk to a running gateway: KILN_BASE_URL and KILN_API_KEY, with
@@ -40,7 +66,7 @@ export function clientFromEnv(env: NodeJS.ProcessEnv = process.env): KilnClient 
   const unreachableHint = env.KILN_BASE_URL
     ? 'The address comes from KILN_BASE_URL.'
     : `KILN_BASE_URL is unset, so this is the default; set it to the gateway's address.`;
-  return new KilnClient({ baseUrl, apiKey, unreachableHint });
+  return new KilnClient({ baseUrl, apiKey, unreachableHint, fetch: cliFetch(env) });
 }
 
 /** What to check when the gateway answered with an error that suggests the wrong gateway or key. */

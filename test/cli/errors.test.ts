@@ -266,3 +266,59 @@ describe('kiln mcp: the gateway cannot be reached', () => {
     );
   });
 });
+
+describe('CLI: a gateway that is slow to answer', () => {
+  /** A stand-in that answers a sync chat after `chatMs` and never answers anything else. */
+  async function standIn(chatMs: number): Promise<{ url: string; close(): Promise<void> }> {
+    const gateway = createServer((request, response) => {
+      if (request.method !== 'POST') return; // never answered
+      request.resume();
+      setTimeout(() => {
+        response.writeHead(200, { 'content-type': 'application/json' });
+        response.end(
+          JSON.stringify({
+            id: 'chatcmpl-1',
+            object: 'chat.completion',
+            created: 1,
+            model: 'm',
+            choices: [
+              { index: 0, message: { role: 'assistant', content: 'late but whole' }, finish_reason: 'stop' },
+            ],
+          }),
+        );
+      }, chatMs);
+    });
+    await new Promise<void>((resolve) => gateway.listen(0, '127.0.0.1', resolve));
+    return {
+      url: `http://127.0.0.1:${(gateway.address() as AddressInfo).port}`,
+      close: async () => {
+        gateway.closeAllConnections();
+        await new Promise((resolve) => gateway.close(resolve));
+      },
+    };
+  }
+
+  it('a request that waits for work takes as long as the work; any other fails after KILN_TIMEOUT', async () => {
+    const gateway = await standIn(2500);
+    try {
+      const env = { KILN_BASE_URL: gateway.url, KILN_API_KEY: 'kiln_sk_any', KILN_TIMEOUT: '1' };
+      // The answer comes after 2.5 s, past the 1 s limit for answers that do not wait for work.
+      const chat = await run(['chat', '--model', 'm', '--no-stream', 'hi'], { env });
+      expect([chat.code, chat.stdout, chat.stderr]).toEqual([0, 'late but whole\n', '']);
+
+      const started = Date.now();
+      const listed = await run(['ctx', 'list'], { env });
+      expect(listed.code).toBe(1);
+      expect(listed.stderr).toContain('no answer came in time (UND_ERR_HEADERS_TIMEOUT)');
+      expect(Date.now() - started).toBeLessThan(10_000);
+
+      const bad = await run(['ctx', 'list'], { env: { ...env, KILN_TIMEOUT: 'soon' } });
+      expect([bad.code, bad.stderr]).toEqual([
+        1,
+        'kiln: KILN_TIMEOUT must be a number of seconds above 0; it is "soon"\n',
+      ]);
+    } finally {
+      await gateway.close();
+    }
+  });
+});
