@@ -279,23 +279,35 @@ export class KilnClient {
         const headers: Record<string, string> = {};
         if (precondition.ifNoneMatch !== undefined) headers['if-none-match'] = precondition.ifNoneMatch;
         if (precondition.ifMatch !== undefined) headers['if-match'] = precondition.ifMatch;
-        const { status, data } = await this.#call<ContextRecord>('POST', '/api/v1/contexts', body, {
-          headers,
-        });
+        const { status, data } = await this.#call<ContextRecord>(
+          ['context'],
+          'POST',
+          '/api/v1/contexts',
+          body,
+          {
+            headers,
+          },
+        );
         return { context: data, created: status === 201 };
       },
       get: async (idOrName: string) =>
-        (await this.#call<ContextWithContent>('GET', `/api/v1/contexts/${encodeURIComponent(idOrName)}`))
-          .data,
+        (
+          await this.#call<ContextWithContent>(
+            ['context'],
+            'GET',
+            `/api/v1/contexts/${encodeURIComponent(idOrName)}`,
+          )
+        ).data,
       list: async (query: ListContextsQuery = {}) => {
         const search = new URLSearchParams();
         for (const [k, v] of Object.entries(query)) if (v !== undefined) search.set(k, String(v));
         const qs = search.size ? `?${search}` : '';
-        return (await this.#call<ContextList>('GET', `/api/v1/contexts${qs}`)).data;
+        return (await this.#call<ContextList>(['list'], 'GET', `/api/v1/contexts${qs}`)).data;
       },
       delete: async (idOrName: string) =>
         (
           await this.#call<{ id: string; object: 'context'; deleted: true }>(
+            ['context'],
             'DELETE',
             `/api/v1/contexts/${encodeURIComponent(idOrName)}`,
           )
@@ -303,7 +315,7 @@ export class KilnClient {
     };
 
     const jobs: KilnClient['jobs'] = {
-      get: async (id) => (await this.#call<Job>('GET', jobPath(id))).data,
+      get: async (id) => (await this.#call<Job>(['job'], 'GET', jobPath(id))).data,
       wait: async (id, options = {}) => {
         const interval = options.intervalMs ?? 1000;
         const deadline =
@@ -337,12 +349,12 @@ export class KilnClient {
           await pause(Math.min(interval, left));
         }
       },
-      cancel: async (id) => (await this.#call<Job>('POST', `${jobPath(id)}/cancel`)).data,
+      cancel: async (id) => (await this.#call<Job>(['job'], 'POST', `${jobPath(id)}/cancel`)).data,
       list: async (query = {}) => {
         const search = new URLSearchParams();
         for (const [k, v] of Object.entries(query)) if (v !== undefined) search.set(k, String(v));
         const qs = search.size ? `?${search}` : '';
-        return (await this.#call<JobList>('GET', `/v1/jobs${qs}`)).data;
+        return (await this.#call<JobList>(['list'], 'GET', `/v1/jobs${qs}`)).data;
       },
     };
     this.jobs = jobs;
@@ -352,6 +364,7 @@ export class KilnClient {
       create: async (body, options = {}) => {
         const { mode: _mode, stream: _stream, ...rest } = body;
         const { status, data } = await this.#call<ChatCompletion | ChatSubmission>(
+          ['chat.completion', 'chat.completion.async'],
           'POST',
           '/v1/chat/completions',
           rest,
@@ -384,6 +397,7 @@ export class KilnClient {
         const { mode: _mode, stream: _stream, ...rest } = body;
         return (
           await this.#call<ChatSubmission>(
+            ['chat.completion.async'],
             'POST',
             '/v1/chat/completions',
             { ...rest, mode: 'async' },
@@ -394,14 +408,31 @@ export class KilnClient {
     };
 
     this.models = {
-      list: async () => (await this.#call<{ object: 'list'; data: Model[] }>('GET', '/v1/models')).data,
+      list: async () =>
+        (await this.#call<{ object: 'list'; data: Model[] }>(['list'], 'GET', '/v1/models')).data,
     };
 
     this.videos = {
       transition: async (body, options = {}) =>
-        (await this.#call<VideoSubmission>('POST', '/v1/videos/transitions', body, options)).data,
+        (
+          await this.#call<VideoSubmission>(
+            ['video.transition'],
+            'POST',
+            '/v1/videos/transitions',
+            body,
+            options,
+          )
+        ).data,
       generate: async (body, options = {}) =>
-        (await this.#call<VideoSubmission>('POST', '/v1/videos/generations', body, options)).data,
+        (
+          await this.#call<VideoSubmission>(
+            ['video.generation'],
+            'POST',
+            '/v1/videos/generations',
+            body,
+            options,
+          )
+        ).data,
     };
 
     const generateImages = async (
@@ -409,6 +440,8 @@ export class KilnClient {
       options: SubmitOptions = {},
     ): Promise<ImagesResult | ImageSubmission> => {
       const { status, data } = await this.#call<ImagesResult | ImageSubmission>(
+        // A sync answer is OpenAI's images shape, which has no `object`.
+        (answer) => answer.object === 'image.generation.async' || Array.isArray(answer.data),
         'POST',
         '/v1/images/generations',
         body,
@@ -503,7 +536,13 @@ export class KilnClient {
     );
   }
 
+  /**
+   * One JSON call. `is` says what a gateway's answer must be (its `object`, or a test of it): an
+   * object of another shape came from something else at that address (another service's JSON),
+   * and must not pass for a result, printed as `undefined` fields.
+   */
   async #call<T>(
+    is: AnswerShape,
     method: string,
     path: string,
     body?: unknown,
@@ -515,7 +554,7 @@ export class KilnClient {
     const data = parseJson(text);
     // Every JSON answer of the gateway is an object: anything else came from something else at
     // that address (a proxy's login page, another service), and must not pass for a result.
-    if (data === null || typeof data !== 'object' || Array.isArray(data)) {
+    if (data === null || typeof data !== 'object' || Array.isArray(data) || !fits(is, data)) {
       const url = shownUrl(response.url || `${this.#baseUrl}${path}`);
       const type = response.headers.get('content-type')?.split(';')[0] ?? 'no content type';
       const sample = text.replace(/\s+/g, ' ').trim().slice(0, 80);
@@ -533,6 +572,14 @@ export class KilnClient {
     return { status: response.status, data: data as T };
   }
 }
+
+/** What an answer must be: one of these `object`s, or what a test says. */
+type AnswerShape = readonly string[] | ((answer: Record<string, unknown>) => boolean);
+
+const fits = (is: AnswerShape, answer: object): boolean =>
+  typeof is === 'function'
+    ? is(answer as Record<string, unknown>)
+    : is.includes(String((answer as { object?: unknown }).object));
 
 /** The JSON in `text`, or undefined when it is empty or not JSON. */
 function parseJson(text: string): unknown {

@@ -209,7 +209,13 @@ describe('kiln ctx against a running gateway', () => {
         response.writeHead(request.method === 'GET' ? 200 : 412, { 'content-type': 'application/json' });
         if (request.method === 'GET') {
           response.end(
-            JSON.stringify({ id: `ctx_${'a'.repeat(32)}`, name: 'gone', version: 4, content: 'x' }),
+            JSON.stringify({
+              object: 'context',
+              id: `ctx_${'a'.repeat(32)}`,
+              name: 'gone',
+              version: 4,
+              content: 'x',
+            }),
           );
           return;
         }

@@ -220,6 +220,40 @@ describe('CLI: something other than a Kiln gateway answered', () => {
   );
 });
 
+describe('CLI: another service answers JSON objects of its own', () => {
+  let other: Server;
+  let base: string;
+  beforeAll(async () => {
+    other = createServer((_request, response) => {
+      response.writeHead(200, { 'content-type': 'application/json' });
+      response.end('{"ok":true}');
+    });
+    await new Promise<void>((resolve) => other.listen(0, '127.0.0.1', resolve));
+    base = `http://127.0.0.1:${(other.address() as AddressInfo).port}`;
+  });
+  afterAll(async () => {
+    other.closeAllConnections();
+    await new Promise((resolve) => other?.close(resolve));
+  });
+
+  it.each([
+    [['ctx', 'save', '--name', 'a', '-c', 'b'], '/api/v1/contexts'],
+    [['ctx', 'list'], '/api/v1/contexts'],
+    [['jobs', 'get', 'x'], '/v1/jobs/x'],
+    [['jobs', 'wait', 'x'], '/v1/jobs/x'],
+    [['jobs', 'list'], '/v1/jobs?limit=20'],
+    [['chat', '--model', 'm', '--no-stream', 'hi'], '/v1/chat/completions'],
+    [['video', 'generate', '--prompt', 'waves'], '/v1/videos/generations'],
+    [['images', 'generate', '--prompt', 'a cup'], '/v1/images/generations'],
+  ])('kiln %j fails, naming the answer, rather than printing undefined', async (args, route) => {
+    const result = await run(args, { env: { KILN_BASE_URL: base, KILN_API_KEY: 'kiln_sk_any' } });
+    expect([result.code, result.stdout]).toEqual([1, '']);
+    expect(result.stderr).toContain(
+      `kiln: invalid-answer (HTTP 200): ${base}${route.split('?')[0]} answered 200 with application/json ({"ok":true}), not a Kiln gateway's JSON\n`,
+    );
+  });
+});
+
 describe('kiln mcp: the gateway cannot be reached', () => {
   let client: Client;
   let stderr = '';
