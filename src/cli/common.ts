@@ -32,14 +32,12 @@ function cliFetch(env: NodeJS.ProcessEnv): typeof fetch {
   if (!(seconds > 0) || !Number.isFinite(seconds)) {
     throw new UsageError(`KILN_TIMEOUT must be a number of seconds above 0; it is "${env.KILN_TIMEOUT}"`);
   }
-  let patient: Agent | undefined;
-  let prompt: Agent | undefined;
+  // Agents open no connection until used.
+  const patient = new Agent({ headersTimeout: 0, bodyTimeout: 0 });
+  const prompt = new Agent({ headersTimeout: seconds * 1000, bodyTimeout: seconds * 1000 });
   return ((input: string | URL, init: RequestInit = {}) => {
     const waits = init.method === 'POST' && WAITS_FOR_WORK.test(new URL(String(input)).pathname);
-    const dispatcher = waits
-      ? (patient ??= new Agent({ headersTimeout: 0, bodyTimeout: 0 }))
-      : (prompt ??= new Agent({ headersTimeout: seconds * 1000, bodyTimeout: seconds * 1000 }));
-    return undiciFetch(input, { ...(init as object), dispatcher });
+    return undiciFetch(input, { ...(init as object), dispatcher: waits ? patient : prompt });
   }) as unknown as typeof fetch;
 }
 
