@@ -283,7 +283,14 @@ export function chatKind(deps: ChatDeps): JobKind<ChatJobRequest> {
       });
       relay.end();
       return {
-        result: { ...completion, id: job.publicId, model: job.request.model, created },
+        // Always a chat.completion: an engine that answered at once may have named it otherwise.
+        result: {
+          ...completion,
+          object: 'chat.completion',
+          id: job.publicId,
+          model: job.request.model,
+          created,
+        },
         usage: ledgerUnits(completion.usage),
       };
     },

@@ -302,7 +302,13 @@ export class JobService {
     const cancelled = await this.finish(
       job.id,
       { by: 'cancel', orgId },
-      { status: 'cancelled', error: { code: 'cancelled', message: why } },
+      // Running as the cancel found it (a job handed back to the queue has started before, and
+      // holds nothing of its earlier run): its budget keeps the reservation (#end).
+      {
+        status: 'cancelled',
+        error: { code: 'cancelled', message: why },
+        stoppedRunning: job.status === 'running',
+      },
     );
     if (cancelled) {
       // Started, whatever the read above saw: a worker may have claimed it in between.
@@ -393,7 +399,7 @@ export class JobService {
     // A job its caller stopped while it ran (a cancel, a client gone) has no usage from its engine,
     // though it may have generated most of its answer: its reservation stands, or a budget could be
     // outrun by walking away from every stream before its end. (A timeout is not the caller's doing.)
-    const stopped = outcome.usage === undefined && row.started_at !== null && row.status === 'cancelled';
+    const stopped = outcome.usage === undefined && outcome.stoppedRunning === true;
     if (row.metered) await tx.admissions.settle(row.id, stopped ? undefined : this.#used(row, outcome));
     if (row.webhook_url) {
       await tx.webhooks.enqueue({

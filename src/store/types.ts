@@ -95,6 +95,8 @@ export interface JobOutcome {
   result?: unknown;
   error?: { code: string; message: string; details?: unknown };
   usage?: { inputUnits?: number; outputUnits?: number };
+  /** A cancel that stopped the job while it ran: without usage, its reservation stands. */
+  stoppedRunning?: boolean;
   /** Facts about the run kept with the job (a chat's route). */
   meta?: Record<string, unknown>;
 }
