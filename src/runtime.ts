@@ -1,7 +1,6 @@
-import { readFileSync } from 'node:fs';
 import type { Logger } from 'pino';
 import { chatKind } from './chat/kind.js';
-import { ConfigError, loadConfig } from './config/load.js';
+import { loadConfig } from './config/load.js';
 import { type Config, parseDuration } from './config/schema.js';
 import { RunnerPool } from './engines/comfyui/runners.js';
 import { loadTemplates, type WorkflowTemplate } from './engines/comfyui/workflows.js';
@@ -22,15 +21,6 @@ import { startTelemetry } from './telemetry/index.js';
 import { WebhookDeliverer } from './webhooks/deliverer.js';
 
 /** Everything a Kiln process runs besides HTTP: the store, the router, the job service and its loops. */
-
-/** A file's text, or undefined when it cannot be read (loadConfig says why). */
-function fileText(file: string): string | undefined {
-  try {
-    return readFileSync(file, 'utf8');
-  } catch {
-    return undefined;
-  }
-}
 export interface Runtime {
   config: Config;
   store: Store;
@@ -135,14 +125,7 @@ export async function createRuntime(
       if (!config.public_url) publicUrl = url;
     },
     async reload() {
-      // An empty file (one being rewritten, truncated) would read as no engines, runners or
-      // limits at all: refused, as a broken one is.
-      if (config.configFile && fileText(config.configFile)?.trim() === '') {
-        throw new ConfigError([
-          `config file ${config.configFile} is empty: an empty file would remove every engine, persona, runner and limit`,
-        ]);
-      }
-      const next = loadConfig({ file: config.configFile });
+      const next = loadConfig({ file: config.configFile, refuseEmpty: true });
       const fresh = new Router(next, logger.child({ component: 'router' }), memory);
       fresh.start();
       const old = router;

@@ -104,6 +104,11 @@ export interface LoadOptions {
   env?: NodeJS.ProcessEnv;
   /** Values that win over the file and environment (used by `kiln dev` and tests). */
   overrides?: Record<string, unknown>;
+  /**
+   * A file that holds no settings (empty, only comments, only `---`) is refused: a reload of one
+   * caught half-way through a save would otherwise remove every engine, persona, runner and limit.
+   */
+  refuseEmpty?: boolean;
 }
 
 /** Reads kiln.yaml, applies KILN_* overrides, validates, fills derived defaults, freezes. */
@@ -125,6 +130,11 @@ export function loadConfig(options: LoadOptions = {}): Config & { configFile: st
       parsed = parseYaml(text);
     } catch (error) {
       throw new ConfigError([`config file ${file} is not valid YAML: ${(error as Error).message}`]);
+    }
+    if ((parsed === null || parsed === undefined) && options.refuseEmpty) {
+      throw new ConfigError([
+        `config file ${file} holds no settings: an empty file would remove every engine, persona, runner and limit`,
+      ]);
     }
     if (parsed !== null && parsed !== undefined) {
       if (typeof parsed !== 'object' || Array.isArray(parsed)) {

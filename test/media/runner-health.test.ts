@@ -104,10 +104,12 @@ describe('runner health and reload', () => {
     expect(fleet.body.runners.map((r: { name: string }) => r.name)).toEqual(['first', 'second']);
 
     // An empty file (a save in progress, a truncation) is refused, and the running fleet stays.
-    writeFileSync(configFile, '  \n');
-    const empty = await kiln.call('POST', '/admin/reload', { key });
-    expect([empty.status, empty.body.error.code]).toEqual([400, 'validation-failed']);
-    expect(empty.body.error.details[0].message).toContain('is empty');
+    for (const nothing of ['  \n', '# runners: being rewritten\n', '---\n']) {
+      writeFileSync(configFile, nothing);
+      const empty = await kiln.call('POST', '/admin/reload', { key });
+      expect([empty.status, empty.body.error.code], nothing).toEqual([400, 'validation-failed']);
+      expect(empty.body.error.details[0].message, nothing).toContain('holds no settings');
+    }
     expect((await kiln.call('GET', '/admin/v1/fleet', { key })).body.runners).toHaveLength(2);
 
     // And removed again: its model is no longer ready, the other runner serves on.
