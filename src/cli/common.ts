@@ -22,19 +22,22 @@ const DEFAULT_BASE_URL = 'http://127.0.0.1:8080';
 const WAITS_FOR_WORK = /\/v1\/(chat\/completions|images\/generations|responses)$/;
 
 /**
- * fetch for the CLI: a request that waits for work has no time limit of its own (the gateway bounds
- * the work); any other must start its answer, and go on sending it, within `KILN_TIMEOUT` seconds
- * (default 60), so that a gateway that accepts connections but never answers fails clearly rather
- * than after Node's five minutes. Node's own fetch would also cut a sync request at five minutes.
+ * fetch for the CLI: a request that waits for work may take as long as the work to start its answer
+ * (the gateway bounds the work); any other must start it within `KILN_TIMEOUT` seconds (default
+ * 60), and no answer may pause longer than that once started, so that a gateway that accepts
+ * connections but never answers fails clearly rather than after Node's five minutes. Node's own
+ * fetch would also cut a sync request at five minutes.
  */
 function cliFetch(env: NodeJS.ProcessEnv): typeof fetch {
   const seconds = env.KILN_TIMEOUT === undefined || env.KILN_TIMEOUT === '' ? 60 : Number(env.KILN_TIMEOUT);
   if (!(seconds > 0) || !Number.isFinite(seconds)) {
     throw new UsageError(`KILN_TIMEOUT must be a number of seconds above 0; it is "${env.KILN_TIMEOUT}"`);
   }
-  // Agents open no connection until used.
-  const patient = new Agent({ headersTimeout: 0, bodyTimeout: 0 });
-  const prompt = new Agent({ headersTimeout: seconds * 1000, bodyTimeout: seconds * 1000 });
+  const ms = Math.ceil(seconds * 1000);
+  // Agents open no connection until used. Work answers once its output is ready, and then the body
+  // flows (a sync answer whole, a stream's chunks token by token): only its start may take long.
+  const patient = new Agent({ headersTimeout: 0, bodyTimeout: ms });
+  const prompt = new Agent({ headersTimeout: ms, bodyTimeout: ms });
   return ((input: string | URL, init: RequestInit = {}) => {
     const waits = init.method === 'POST' && WAITS_FOR_WORK.test(new URL(String(input)).pathname);
     return undiciFetch(input, { ...(init as object), dispatcher: waits ? patient : prompt });

@@ -486,17 +486,22 @@ export class KilnClient {
       this.#answered = true;
       return response;
     } catch (error) {
-      let gateway = false;
-      try {
-        gateway = this.#ownsUrl(new URL(url, `${this.#baseUrl}/`));
-      } catch {}
-      const hint = gateway
-        ? `Is the Kiln gateway (\`kiln serve\`) running at ${shownUrl(this.#baseUrl)}?${
-            this.#unreachableHint ? ` ${this.#unreachableHint}` : ''
-          }`
-        : '';
-      throw explainFetchFailure(error, url, hint);
+      throw this.#explain(error, url);
     }
+  }
+
+  /** A failed fetch, or a body that stopped coming, in words that say where and what to check. */
+  #explain(error: unknown, url: URL | string): unknown {
+    let gateway = false;
+    try {
+      gateway = this.#ownsUrl(new URL(url, `${this.#baseUrl}/`));
+    } catch {}
+    const hint = gateway
+      ? `Is the Kiln gateway (\`kiln serve\`) running at ${shownUrl(this.#baseUrl)}?${
+          this.#unreachableHint ? ` ${this.#unreachableHint}` : ''
+        }`
+      : '';
+    return explainFetchFailure(error, url, hint);
   }
 
   async #send(method: string, path: string, body?: unknown, options: CallOptions = {}): Promise<Response> {
@@ -549,7 +554,12 @@ export class KilnClient {
     options: CallOptions = {},
   ): Promise<{ status: number; data: T }> {
     const response = await this.#send(method, path, body, options);
-    const text = await response.text();
+    let text: string;
+    try {
+      text = await response.text();
+    } catch (error) {
+      throw this.#explain(error, response.url || `${this.#baseUrl}${path}`);
+    }
     if (!response.ok) await this.#fail(response, text);
     const data = parseJson(text);
     // Every JSON answer of the gateway is an object: anything else came from something else at

@@ -12,6 +12,7 @@ const REASONS: Record<string, string> = {
   ECONNRESET: 'the connection was reset before any answer',
   UND_ERR_SOCKET: 'the connection was closed before any answer',
   UND_ERR_HEADERS_TIMEOUT: 'no answer came in time',
+  UND_ERR_BODY_TIMEOUT: 'the answer stopped coming in time',
 };
 
 /** A URL as shown in messages: no credentials, no query (a signed URL's signature stays out of sight). */
@@ -65,7 +66,9 @@ function causeCode(error: unknown): { code: string | undefined; message: string 
  * (undici's `TypeError: fetch failed`); anything else (an abort, a URL that does not parse) as it is.
  */
 export function explainFetchFailure(error: unknown, url: URL | string, hint: string): unknown {
-  if (!(error instanceof TypeError) || error.message !== 'fetch failed') return error;
+  // 'terminated': the answer began, then its body failed (undici's body timeout, a reset).
+  if (!(error instanceof TypeError) || (error.message !== 'fetch failed' && error.message !== 'terminated'))
+    return error;
   const { code, message } = causeCode(error);
   const words = code ? REASONS[code] : undefined;
   const reason = words

@@ -302,9 +302,17 @@ describe('kiln mcp: the gateway cannot be reached', () => {
 });
 
 describe('CLI: a gateway that is slow to answer', () => {
-  /** A stand-in that answers a sync chat after `chatMs` and never answers anything else. */
+  /**
+   * A stand-in that answers a sync chat after `chatMs`, begins a list of contexts and stops half-way,
+   * and never answers anything else.
+   */
   async function standIn(chatMs: number): Promise<{ url: string; close(): Promise<void> }> {
     const gateway = createServer((request, response) => {
+      if (request.url?.startsWith('/api/v1/contexts')) {
+        response.writeHead(200, { 'content-type': 'application/json' });
+        response.write('{"object":"list","data":[');
+        return;
+      }
       if (request.method !== 'POST') return; // never answered
       request.resume();
       setTimeout(() => {
@@ -335,15 +343,19 @@ describe('CLI: a gateway that is slow to answer', () => {
   it('a request that waits for work takes as long as the work; any other fails after KILN_TIMEOUT', async () => {
     const gateway = await standIn(2500);
     try {
-      const env = { KILN_BASE_URL: gateway.url, KILN_API_KEY: 'kiln_sk_any', KILN_TIMEOUT: '1' };
+      const env = { KILN_BASE_URL: gateway.url, KILN_API_KEY: 'kiln_sk_any', KILN_TIMEOUT: '1.0001' };
       // The answer comes after 2.5 s, past the 1 s limit for answers that do not wait for work.
       const chat = await run(['chat', '--model', 'm', '--no-stream', 'hi'], { env });
       expect([chat.code, chat.stdout, chat.stderr]).toEqual([0, 'late but whole\n', '']);
 
       const started = Date.now();
+      const polled = await run(['jobs', 'get', 'x'], { env });
+      expect(polled.code).toBe(1);
+      expect(polled.stderr).toContain('no answer came in time (UND_ERR_HEADERS_TIMEOUT)');
+      // An answer that begins and then stops is cut too, and says so.
       const listed = await run(['ctx', 'list'], { env });
       expect(listed.code).toBe(1);
-      expect(listed.stderr).toContain('no answer came in time (UND_ERR_HEADERS_TIMEOUT)');
+      expect(listed.stderr).toContain('the answer stopped coming in time (UND_ERR_BODY_TIMEOUT)');
       expect(Date.now() - started).toBeLessThan(10_000);
 
       const bad = await run(['ctx', 'list'], { env: { ...env, KILN_TIMEOUT: 'soon' } });
