@@ -83,9 +83,13 @@ const withEtag = <T extends object>(
 /** A refusal by a rate limit or budget: its envelope names every limit broken. */
 const RateLimited = {
   ...R.ErrorEnvelope,
-  description: 'a rate limit or budget refused the request; retry after `Retry-After`',
+  description:
+    'a rate limit or budget refused the request; retry after `Retry-After` (absent, with `x-should-retry: false`, for a limit of 0)',
   headers: {
-    'retry-after': Type.Integer({ minimum: 0, description: 'seconds until the request may succeed' }),
+    'retry-after': Type.Integer({
+      minimum: 0,
+      description: 'seconds until the request may succeed; absent for a limit of 0, which never frees',
+    }),
     'retry-after-ms': Type.Integer({ minimum: 0, description: 'the same, in milliseconds' }),
   },
 };
