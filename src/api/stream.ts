@@ -1,6 +1,6 @@
 import type { ServerResponse } from 'node:http';
 import type { FastifyReply, FastifyRequest } from 'fastify';
-import { KilnError } from '../errors.js';
+import type { KilnError } from '../errors.js';
 import { uuidv7 } from '../ids.js';
 import type { JobEvent } from '../jobs/events.js';
 import type { JobKind } from '../jobs/kinds.js';
@@ -8,7 +8,7 @@ import type { Webhook } from '../jobs/schemas.js';
 import { isTerminal, type JobService } from '../jobs/service.js';
 import { rateHeaders } from '../limits/refusal.js';
 import type { JobRow } from '../store/types.js';
-import { idempotencyKeyOf, jobError } from './submit.js';
+import { idempotencyKeyOf, jobError, stillRunning } from './submit.js';
 
 /** How long a stream whose job the store shows ended still waits for that job's last events. */
 const LOST_DONE_GRACE_MS = 2000;
@@ -214,11 +214,7 @@ export async function streamJob(
 function replay(reply: FastifyReply, jobs: JobService, job: JobRow, options: StreamOptions) {
   reply.header('idempotent-replayed', 'true');
   if (!isTerminal(job.status)) {
-    throw new KilnError(
-      'idempotency-key-in-progress',
-      'the original stream with this Idempotency-Key is still running',
-      { attach: { polling_url: `${options.kind.pollingBase}${job.id}` } },
-    );
+    throw stillRunning(options.kind, job, 'stream');
   }
   if (job.status !== 'completed') throw jobError(job, jobs.poll(job));
   const meta = job.meta ? (JSON.parse(job.meta) as Record<string, unknown>) : {};

@@ -31,6 +31,15 @@ export interface SubmitOptions {
 
 const IDEMPOTENCY_KEY = /^[\x21-\x7e]{1,255}$/;
 
+/** 409 for a retry whose original (`what`: request, stream) still runs; its polling URL beside it. */
+export function stillRunning(kind: JobKind, job: JobRow, what: string): KilnError {
+  return new KilnError(
+    'idempotency-key-in-progress',
+    `the original ${what} with this Idempotency-Key is still running`,
+    { attach: { polling_url: `${kind.pollingBase}${job.id}` } },
+  );
+}
+
 export function idempotencyKeyOf(request: FastifyRequest): string | undefined {
   const header = request.headers['idempotency-key'];
   if (header === undefined) return undefined;
@@ -136,13 +145,7 @@ export async function submitJob(
   if (options.mode === 'async' && wait === undefined) return accepted();
 
   if (options.mode === 'sync' && replayed && !isTerminal(job.status)) {
-    throw new KilnError(
-      'idempotency-key-in-progress',
-      'the original request with this Idempotency-Key is still running',
-      {
-        attach: { polling_url: `${options.kind.pollingBase}${job.id}` },
-      },
-    );
+    throw stillRunning(options.kind, job, 'request');
   }
   let waitMs: number;
   if (wait !== undefined) {
