@@ -146,11 +146,15 @@ export interface WaitOptions {
 /** `jobs.wait` gave up before the job was terminal; the job goes on. */
 export class JobWaitTimeoutError extends Error {
   constructor(
-    readonly job: Job,
+    /** The job as the last poll saw it; undefined when no poll answered before the deadline. */
+    readonly job: Job | undefined,
     timeoutMs: number,
+    id = job?.id ?? '',
   ) {
     super(
-      `job ${job.id} is still ${job.status} after ${timeoutMs / 1000} s; it goes on (kiln jobs get ${job.id})`,
+      job
+        ? `job ${id} is still ${job.status} after ${timeoutMs / 1000} s; it goes on (kiln jobs get ${id})`
+        : `job ${id}: no poll was answered within ${timeoutMs / 1000} s; it goes on (kiln jobs get ${id})`,
     );
     this.name = 'JobWaitTimeoutError';
   }
@@ -324,15 +328,31 @@ export class KilnClient {
         // A poll only reads, so a failed one is safe to send again (a gateway restarting, a rolling upgrade).
         let failingSince: number | undefined;
         let retries = 0;
+        let last: Job | undefined;
+        let lastFailure: GatewayUnreachableError | KilnApiError | undefined;
         for (;;) {
           let job: Job;
+          // A poll the gateway does not answer is cut at the deadline, not left to the fetch's own timeout.
+          const cut = Number.isFinite(deadline)
+            ? AbortSignal.timeout(Math.max(1, deadline - Date.now()))
+            : undefined;
+          const signal =
+            cut && options.signal ? AbortSignal.any([cut, options.signal]) : (cut ?? options.signal);
           try {
-            job = await jobs.get(id);
+            job = (await this.#call<Job>(['job'], 'GET', jobPath(id), undefined, signal ? { signal } : {}))
+              .data;
           } catch (error) {
+            if (cut?.aborted && !options.signal?.aborted) {
+              // Cut in a run of failed polls: those failures are the news, as if this one had failed too.
+              if (failingSince !== undefined && lastFailure)
+                throw new JobPollError(id, lastFailure, Date.now() - failingSince);
+              throw new JobWaitTimeoutError(last, options.timeoutMs ?? 0, last?.id ?? id);
+            }
             // Until the gateway has answered this client (the submission that made the job counts),
             // no answer at all is more likely a wrong address than a restart.
             if (!isTransient(error) || !this.#answered) throw error;
             failingSince ??= Date.now();
+            lastFailure = error;
             const giveUpAt = Math.min(failingSince + (options.retryMs ?? 60_000), deadline);
             const delay = Math.min(retryDelay(error, retries++), giveUpAt - Date.now());
             if (delay <= 0) throw new JobPollError(id, error, Date.now() - failingSince);
@@ -342,6 +362,7 @@ export class KilnClient {
           }
           failingSince = undefined;
           retries = 0;
+          last = job;
           if (TERMINAL_STATUSES.includes(job.status)) return job;
           options.onProgress?.(job);
           const left = deadline - Date.now();

@@ -131,6 +131,49 @@ describe('kiln jobs wait against a gateway answering 503', () => {
   });
 });
 
+describe('kiln jobs wait against a gateway that stops answering', () => {
+  let fake: Server | undefined;
+  afterEach(async () => {
+    fake?.closeAllConnections();
+    await new Promise((resolve) => fake?.close(resolve));
+  });
+
+  /** A gateway that answers the first `answered` polls with a running job, then holds every poll open. */
+  async function stuckGateway(answered: number): Promise<string> {
+    let polls = 0;
+    fake = createServer((_request, response) => {
+      if (++polls > answered) return;
+      response.writeHead(200, { 'content-type': 'application/json' });
+      const job = { id: 'test-1', object: 'job', kind: 'test.sleep', status: 'running' };
+      response.end(JSON.stringify({ ...job, created: 1, started_at: 1, finished_at: null }));
+    });
+    await new Promise<void>((resolve) => fake?.listen(0, '127.0.0.1', resolve));
+    return `http://127.0.0.1:${(fake.address() as AddressInfo).port}`;
+  }
+
+  // KILN_TIMEOUT stays a minute: a poll left to it would outlast the test.
+  it('gives up at --timeout with the job as last seen, not a minute later when the poll times out', async () => {
+    const waited = await kiln(['jobs', 'wait', 'test-1', '--timeout', '1', '--interval', '100'], {
+      env: { KILN_BASE_URL: await stuckGateway(1), KILN_API_KEY: 'kiln_sk_any', KILN_TIMEOUT: '60' },
+    });
+    expect(waited.code).toBe(1);
+    expect(waited.stdout).toBe('');
+    expect(waited.stderr).toContain(
+      'job test-1 is still running after 1 s; it goes on (kiln jobs get test-1)',
+    );
+  }, 20_000);
+
+  it('gives up at --timeout when not even the first poll is answered', async () => {
+    const waited = await kiln(['jobs', 'wait', 'test-1', '--timeout', '1'], {
+      env: { KILN_BASE_URL: await stuckGateway(0), KILN_API_KEY: 'kiln_sk_any', KILN_TIMEOUT: '60' },
+    });
+    expect(waited.code).toBe(1);
+    expect(waited.stderr).toContain(
+      'job test-1: no poll was answered within 1 s; it goes on (kiln jobs get test-1)',
+    );
+  }, 20_000);
+});
+
 describe('the client: a gateway that goes away right after it accepted a job', () => {
   it('chat.submit then jobs.wait rides out the restart: the submission answered, so the address is right', async () => {
     const port = await closedPort();
