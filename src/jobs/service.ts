@@ -78,6 +78,8 @@ export interface LocalSlot {
 export interface LocalWorker {
   readonly owner: string;
   reserve(): LocalSlot | undefined;
+  /** Events a stream job running here has published so far; undefined for any other job. */
+  published(id: string): number | undefined;
 }
 
 /** Raised inside the submit transaction when a concurrent twin bound the idempotency key first. */
@@ -234,6 +236,16 @@ export class JobService {
       : { tokens: 0, media_ms: 0 };
   }
 
+  /**
+   * What a stream stopped while it ran counts, from the events it relayed (`Meter.relayed`);
+   * undefined, for its reservation to stand, when they were not counted or its kind cannot say.
+   */
+  #relayed(job: JobRow, relayed: number | undefined): { tokens: number; media_ms: number } | undefined {
+    const meter = this.kinds.get(job.kind)?.meter;
+    if (relayed === undefined || !meter?.relayed || !this.limiter) return undefined;
+    return meter.relayed(JSON.parse(job.request), relayed, this.limiter.settings);
+  }
+
   /** The worker of this process that takes sync and stream jobs directly, when it has room. */
   attachLocalWorker(worker: LocalWorker | undefined): void {
     this.#localWorker = worker;
@@ -299,15 +311,19 @@ export class JobService {
     why = 'the job was cancelled at the caller\u2019s request',
   ): Promise<JobRow> {
     const job = await this.get(orgId, publicId);
+    const running = job.status === 'running';
+    const relayed = running ? this.#localWorker?.published(job.id) : undefined;
     const cancelled = await this.finish(
       job.id,
       { by: 'cancel', orgId },
       // Running as the cancel found it (a job handed back to the queue has started before, and
-      // holds nothing of its earlier run): its budget keeps the reservation (#end).
+      // holds nothing of its earlier run): its budget counts what it relayed, if known here, or
+      // keeps the reservation (#end).
       {
         status: 'cancelled',
         error: { code: 'cancelled', message: why },
-        stoppedRunning: job.status === 'running',
+        stoppedRunning: running,
+        ...(relayed === undefined ? {} : { relayed }),
       },
     );
     if (cancelled) {
@@ -397,10 +413,14 @@ export class JobService {
     if (!row) return undefined;
     // The reservation gives way to what the job really used, in the same commit: nothing leaks.
     // A job its caller stopped while it ran (a cancel, a client gone) has no usage from its engine,
-    // though it may have generated most of its answer: its reservation stands, or a budget could be
+    // though it may have generated most of its answer: it counts what its stream relayed, when the
+    // process that ran it counted that, else its reservation stands; either way a budget cannot be
     // outrun by walking away from every stream before its end. (A timeout is not the caller's doing.)
     const stopped = outcome.usage === undefined && outcome.stoppedRunning === true;
-    if (row.metered) await tx.admissions.settle(row.id, stopped ? undefined : this.#used(row, outcome));
+    if (row.metered) {
+      if (!stopped) await tx.admissions.settle(row.id, this.#used(row, outcome));
+      else await tx.admissions.settle(row.id, this.#relayed(row, outcome.relayed), { atMostReserved: true });
+    }
     if (row.webhook_url) {
       await tx.webhooks.enqueue({
         jobId: row.id,

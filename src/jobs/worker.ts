@@ -23,6 +23,8 @@ interface Running {
   job: JobRow;
   controller: AbortController;
   done: Promise<void>;
+  /** Events the run published to its stream so far. */
+  parts: number;
 }
 
 /**
@@ -50,6 +52,15 @@ export class Worker {
     private readonly options: WorkerOptions,
     private readonly log: Logger,
   ) {}
+
+  /**
+   * The events a stream job running here has published so far (what its caller has been sent, give
+   * or take the last few); undefined for a job of another mode, or one not running here.
+   */
+  published(id: string): number | undefined {
+    const running = this.#running.get(id);
+    return running?.job.mode === 'stream' ? running.parts : undefined;
+  }
 
   /**
    * A slot for a job that will be inserted already leased to this worker (see JobService.submit),
@@ -181,11 +192,11 @@ export class Worker {
    */
   #start(job: JobRow, request?: unknown): void {
     const controller = new AbortController();
-    const running: Running = { job, controller, done: Promise.resolve() };
+    const running: Running = { job, controller, done: Promise.resolve(), parts: 0 };
     // A run of this job still here lost its lease (the job went back to the queue): it stops.
     this.#running.get(job.id)?.controller.abort('lease-lost' satisfies StopReason);
     this.#running.set(job.id, running);
-    running.done = this.#run(job, controller, request)
+    running.done = this.#run(running, request)
       .catch((error: unknown) => {
         // The outcome did not commit: the job stays running under this lease, renewals stop, and the
         // sweeper requeues it once the lease runs out. One job's store error must not end the process.
@@ -201,10 +212,11 @@ export class Worker {
   }
 
   /** One run of the job, as a span in the trace of the request that submitted it. */
-  #run(job: JobRow, controller: AbortController, localRequest: unknown): Promise<void> {
+  #run(running: Running, localRequest: unknown): Promise<void> {
+    const { job, controller } = running;
     const attributes = { 'kiln.job.kind': job.kind, 'kiln.job.id': job.id, 'kiln.job.attempt': job.attempts };
     return inSpan('job', { parent: contextOf(job.traceparent), attributes }, async (span) => {
-      const outcome = await this.#runJob(job, controller, localRequest);
+      const outcome = await this.#runJob(running, localRequest);
       if (!span) return;
       if (outcome) {
         span.setAttribute('kiln.job.status', outcome.status);
@@ -220,11 +232,8 @@ export class Worker {
   }
 
   /** Runs the handler and records its outcome; answers it, or undefined when another party ends the job. */
-  async #runJob(
-    job: JobRow,
-    controller: AbortController,
-    localRequest: unknown,
-  ): Promise<JobOutcome | undefined> {
+  async #runJob(running: Running, localRequest: unknown): Promise<JobOutcome | undefined> {
+    const { job, controller } = running;
     const kind = this.jobs.kinds.get(job.kind);
     const guard = { by: 'worker', owner: this.owner, attempt: job.attempts } as const;
     if (!kind) {
@@ -261,7 +270,10 @@ export class Worker {
         await this.jobs.store.jobs.setProgress(job.id, this.owner, job.attempts, progress);
         this.jobs.events.publish({ t: 'progress', id: job.id, progress });
       },
-      publish: (data) => tell({ t: 'part', id: job.id, data }),
+      publish: (data) => {
+        running.parts++;
+        tell({ t: 'part', id: job.id, data });
+      },
       record: async (meta) => {
         // Waiting requests hear it now (a stream's headers carry the route); the store gets it with the outcome.
         Object.assign(recorded, meta);

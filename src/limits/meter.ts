@@ -21,6 +21,11 @@ export interface MeterSettings {
 export interface Meter<Request> {
   reserve(request: Request, settings: MeterSettings): Metered;
   used(usage: JobOutcome['usage'], settings: MeterSettings): Metered;
+  /**
+   * What a stream stopped by its caller counts when its engine reported no usage, from the events
+   * it relayed (capped at the reservation by the caller); a kind without it keeps its reservation.
+   */
+  relayed?(request: Request, events: number, settings: MeterSettings): Metered;
 }
 
 /**
@@ -48,14 +53,19 @@ export function tokenMeter<Request>(
   prompt: (request: Request) => unknown,
   completion: (request: Request) => { max?: unknown; n?: unknown },
 ): Meter<Request> {
+  const estimate = (request: Request) => Math.ceil(textLength(prompt(request)) / CHARS_PER_TOKEN);
   return {
     reserve(request, settings) {
       const { max, n } = completion(request);
       const most = typeof max === 'number' && max > 0 ? max : settings.default_max_tokens;
       const choices = typeof n === 'number' && n > 1 ? n : 1;
-      return metered(Math.ceil(textLength(prompt(request)) / CHARS_PER_TOKEN) + most * choices, 0);
+      return metered(estimate(request) + most * choices, 0);
     },
     used: (usage) => metered((usage?.inputUnits ?? 0) + (usage?.outputUnits ?? 0), 0),
+    // The prompt's estimate, and a token for each event relayed: an engine streams a token or more
+    // an event, and the few events that carry none (the role, the finish, the usage) make up for
+    // the last ones generated and not yet relayed.
+    relayed: (request, events) => metered(estimate(request) + events, 0),
   };
 }
 

@@ -97,6 +97,11 @@ export interface JobOutcome {
   usage?: { inputUnits?: number; outputUnits?: number };
   /** A cancel that stopped the job while it ran: without usage, its reservation stands. */
   stoppedRunning?: boolean;
+  /**
+   * Events such a job's stream had relayed when it was stopped, where the cancel ran in the process
+   * that ran it: its budget counts those instead of its reservation.
+   */
+  relayed?: number;
   /** Facts about the run kept with the job (a chat's route). */
   meta?: Record<string, unknown>;
 }

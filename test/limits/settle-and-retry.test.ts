@@ -118,32 +118,66 @@ for (const storeCase of storeCases) {
       });
     });
 
-    it('a stream walked away from counts its reservation: leaving every stream early does not outrun a budget', async () => {
-      const { key } = await limited({ tokens_per_day: 200 });
-      const stream = async () => {
+    it('a stream walked away from counts what it relayed, not its reservation, and leaving early does not outrun a budget', async () => {
+      const { key } = await limited({ tokens_per_day: 100 });
+      const messages = [{ role: 'user', content: 'tell me a long story' }];
+      const estimate = Math.ceil(('user'.length + 'tell me a long story'.length) / 4);
+      /** A stream left after `wanted` content chunks: its status and the content chunks it got. */
+      const stream = async (wanted: number) => {
         const abort = new AbortController();
         const response = await fetch(`${kiln.url}/v1/chat/completions`, {
           method: 'POST',
           headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
-          body: JSON.stringify({
-            model: 'slow',
-            messages: [{ role: 'user', content: 'tell me a long story' }],
-            max_tokens: 300,
-            stream: true,
-          }),
+          body: JSON.stringify({ model: 'slow', messages, max_tokens: 300, stream: true }),
           signal: abort.signal,
         });
-        if (response.status !== 200) return response.status;
-        // The first tokens, then gone: the job is cancelled, its engine stopped.
-        await (response.body as ReadableStream<Uint8Array>).getReader().read();
+        if (response.status !== 200) return { status: response.status, got: 0 };
+        const reader = (response.body as ReadableStream<Uint8Array>).getReader();
+        const decoder = new TextDecoder();
+        let text = '';
+        let got = 0;
+        while (got < wanted) {
+          const { value, done } = await reader.read();
+          if (done) break;
+          text += decoder.decode(value, { stream: true });
+          got = text.split('\n').filter((line) => /"content":"[^"]/.test(line)).length;
+        }
+        // Gone mid-answer: the job is cancelled, its engine stopped.
         abort.abort();
-        return 200;
+        return { status: 200, got };
       };
-      expect(await stream()).toBe(200);
+
+      const first = await stream(10);
+      expect(first.status).toBe(200);
       const [job] = (await kiln.call('GET', '/v1/jobs?limit=1', { key })).body.data;
       expect((await ended(key, job.id)).status).toBe('cancelled');
-      // Its 300 tokens and the prompt's estimate stay counted: the next stream is over the budget.
-      expect(await stream()).toBe(429);
+      expect(await ledgerTokens(uuidOf(job.id))).toBe(0);
+      // The prompt's estimate and a token an event relayed, every chunk the client got among them;
+      // not the 300 tokens and the estimate reserved.
+      const counted = (await kiln.server.store.admissions.get(uuidOf(job.id)))?.tokens as number;
+      expect(counted).toBeGreaterThanOrEqual(estimate + first.got);
+      expect(counted).toBeLessThan(estimate + 300);
+
+      // Walking away from stream after stream: each counts what it relayed, until the budget is spent.
+      let spent = counted;
+      let got = first.got;
+      let admitted = 1;
+      for (let i = 0; i < 30; i++) {
+        const next = await stream(10);
+        if (next.status === 429) break;
+        expect(next.status).toBe(200);
+        admitted++;
+        got += next.got;
+        const [latest] = (await kiln.call('GET', '/v1/jobs?limit=1', { key })).body.data;
+        await ended(key, latest.id);
+        spent += (await kiln.server.store.admissions.get(uuidOf(latest.id)))?.tokens as number;
+      }
+      expect(admitted).toBeGreaterThan(1);
+      expect(spent).toBeGreaterThanOrEqual(100);
+      expect(got).toBeLessThanOrEqual(spent);
+      expect((await stream(10)).status).toBe(429);
+      const usage = await kiln.call('GET', '/api/v1/usage', { key });
+      expect(usage.body.limits.key.tokens_per_day.used).toBe(spent);
     });
 
     it('the official openai client, with its default retries, gets through once the minute window frees room', async () => {

@@ -66,5 +66,18 @@ for (const storeCase of storeCases) {
       expect((await store.admissions.totals('key', 'key_a', periods)).day_tokens).toBe(21_045);
       expect((await store.admissions.totals('org', 'org_a', periods)).day_tokens).toBe(21_054);
     });
+
+    it('a stopped stream settles at what it relayed, or at its reservation where the estimate is more', async () => {
+      await admit({ job_id: 'short', created_at: now, tokens: 306, media_ms: 0, held: 1 });
+      await admit({ job_id: 'long', created_at: now, tokens: 11, media_ms: 0, held: 1 });
+      const capped = { atMostReserved: true };
+      expect(await store.admissions.settle('short', { tokens: 19, media_ms: 0 }, capped)).toBe(true);
+      expect(await store.admissions.settle('long', { tokens: 14, media_ms: 0 }, capped)).toBe(true);
+      expect(await store.admissions.get('short')).toMatchObject({ held: 0, tokens: 19 });
+      expect(await store.admissions.get('long')).toMatchObject({ held: 0, tokens: 11 });
+      // Settled once: a second settle changes nothing.
+      expect(await store.admissions.settle('short', { tokens: 1, media_ms: 0 }, capped)).toBe(false);
+      expect((await store.admissions.totals('key', 'key_a', periods)).day_tokens).toBe(30);
+    });
   });
 }

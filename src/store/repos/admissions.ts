@@ -175,16 +175,31 @@ export class AdmissionRepository {
 
   /**
    * Replaces a held job's reservation by what it used, or keeps it when that is unknown (`undefined`);
-   * false when it was settled already (or never admitted).
+   * with `atMostReserved`, by what it used only where that is less (an estimate, which must not
+   * count more than was reserved). False when it was settled already (or never admitted).
    */
-  async settle(jobId: string, used: { tokens: number; media_ms: number } | undefined): Promise<boolean> {
+  async settle(
+    jobId: string,
+    used: { tokens: number; media_ms: number } | undefined,
+    { atMostReserved = false } = {},
+  ): Promise<boolean> {
     // Unknown use: the reservation stays what the job counts.
-    const changed = used
-      ? await this.db.run(
-          'UPDATE admissions SET held = 0, tokens = ?, media_ms = ? WHERE job_id = ? AND held = 1',
-          [used.tokens, used.media_ms, jobId],
-        )
-      : await this.db.run('UPDATE admissions SET held = 0 WHERE job_id = ? AND held = 1', [jobId]);
+    if (!used) {
+      const changed = await this.db.run('UPDATE admissions SET held = 0 WHERE job_id = ? AND held = 1', [
+        jobId,
+      ]);
+      return changed > 0;
+    }
+    const set = atMostReserved
+      ? 'tokens = CASE WHEN tokens < ? THEN tokens ELSE ? END, media_ms = CASE WHEN media_ms < ? THEN media_ms ELSE ? END'
+      : 'tokens = ?, media_ms = ?';
+    const figures = atMostReserved
+      ? [used.tokens, used.tokens, used.media_ms, used.media_ms]
+      : [used.tokens, used.media_ms];
+    const changed = await this.db.run(
+      `UPDATE admissions SET held = 0, ${set} WHERE job_id = ? AND held = 1`,
+      [...figures, jobId],
+    );
     return changed > 0;
   }
 
