@@ -24,7 +24,7 @@ interface Running {
   controller: AbortController;
   done: Promise<void>;
   /** Events the run published to its stream so far. */
-  parts: number;
+  published: () => number;
 }
 
 /**
@@ -59,7 +59,7 @@ export class Worker {
    */
   published(id: string): number | undefined {
     const running = this.#running.get(id);
-    return running?.job.mode === 'stream' ? running.parts : undefined;
+    return running?.job.mode === 'stream' ? running.published() : undefined;
   }
 
   /**
@@ -192,7 +192,7 @@ export class Worker {
    */
   #start(job: JobRow, request?: unknown): void {
     const controller = new AbortController();
-    const running: Running = { job, controller, done: Promise.resolve(), parts: 0 };
+    const running: Running = { job, controller, done: Promise.resolve(), published: () => 0 };
     // A run of this job still here lost its lease (the job went back to the queue): it stops.
     this.#running.get(job.id)?.controller.abort('lease-lost' satisfies StopReason);
     this.#running.set(job.id, running);
@@ -254,6 +254,9 @@ export class Worker {
     const recorded: Record<string, unknown> = {};
     // A stream's output and route go only where its request waits: this process, if it submitted the job.
     const events = this.jobs.events;
+    // Counted in this closure's own context, which every event reads anyway: no other object a chunk.
+    let parts = 0;
+    running.published = () => parts;
     const tell = localRequest !== undefined ? events.publishLocal.bind(events) : events.publish.bind(events);
     const context: RunContext<unknown> = {
       publicId: `${kind.idPrefix}${job.id}`,
@@ -271,7 +274,7 @@ export class Worker {
         this.jobs.events.publish({ t: 'progress', id: job.id, progress });
       },
       publish: (data) => {
-        running.parts++;
+        parts++;
         tell({ t: 'part', id: job.id, data });
       },
       record: async (meta) => {
