@@ -11,6 +11,7 @@ import { EngineError, type Route, type RouteCall, type Router } from '../router/
 import type { Store } from '../store/index.js';
 import { type ImageFetching, inlineMessageImages } from './images.js';
 import type { ChatJobRequest } from './schema.js';
+import { ledgerUnits } from './usage.js';
 
 export interface ChatDeps {
   /** The router in force: a reload swaps it between requests. */
@@ -77,10 +78,6 @@ export async function chatThroughRouter(
     throw error instanceof EngineError ? asJobFailure(error) : error;
   }
 }
-
-/** The engine's usage as the ledger's units. */
-export const ledgerUnits = (usage: ChatCompletion['usage']): HandlerResult<unknown>['usage'] =>
-  usage ? { inputUnits: usage.prompt_tokens, outputUnits: usage.completion_tokens } : undefined;
 
 /** A chunk as it goes out: the object, and its JSON text with Kiln's id, model and created. */
 interface Outgoing {
@@ -291,7 +288,7 @@ export function chatKind(deps: ChatDeps): JobKind<ChatJobRequest> {
           model: job.request.model,
           created,
         },
-        usage: ledgerUnits(completion.usage),
+        usage: ledgerUnits(completion, messages),
       };
     },
   };

@@ -31,6 +31,7 @@ interface SimLlmFlags {
   flavor?: 'vllm' | 'llama.cpp';
   nonStreamDisconnect?: 'ignore' | 'cancel';
   loadMs?: number;
+  ignoreStreamOptions?: boolean;
 }
 
 /** One of the given words, for options that name a choice. */
@@ -118,6 +119,10 @@ export function simCommands(program: Command): void {
       '--load-ms <ms>',
       'model load time after start: llama.cpp answers 503 meanwhile, vLLM refuses connections (default 0)',
       milliseconds,
+    )
+    .option(
+      '--ignore-stream-options',
+      'streams carry no usage chunk whatever stream_options asks, as a server that does not implement it',
     )
     .action(async (flags: SimLlmFlags) => {
       const { startLlmFleet } = await import('../sim/llm/server.js');

@@ -1,5 +1,6 @@
 import { inlineMessageImages } from '../chat/images.js';
-import { type ChatDeps, chatThroughRouter, ledgerUnits, preamble } from '../chat/kind.js';
+import { type ChatDeps, chatThroughRouter, preamble } from '../chat/kind.js';
+import { ledgerUnits } from '../chat/usage.js';
 import type { ChatChunk, ChatMessage } from '../engines/types.js';
 import { JobFailure, type JobKind } from '../jobs/kinds.js';
 import { tokenMeter } from '../limits/meter.js';
@@ -126,7 +127,7 @@ export function responseKind(deps: ChatDeps): JobKind<ResponseJobRequest> {
         events?.end(end.status === 'completed' ? 'response.completed' : 'response.incomplete', result);
         // The whole log, the last event with it, is in the store before the job is terminal.
         await log?.close();
-        return { result, usage: ledgerUnits(completion.usage) };
+        return { result, usage: ledgerUnits(completion, messages) };
       } catch (failure) {
         // A stream that has begun ends with `response.failed`; before any output the caller gets an HTTP error.
         if (events?.started && failure instanceof JobFailure && !signal.aborted) {

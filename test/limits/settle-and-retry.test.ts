@@ -15,11 +15,14 @@ for (const storeCase of storeCases) {
     beforeAll(async () => {
       const quick = await simPool(1);
       const slow = await simPool(1, { decodeMsPerToken: 50 });
-      sims = [...quick, ...slow];
+      // An engine that streams no usage chunk, whatever `stream_options` asks.
+      const mute = await simPool(1, { ignoreStreamOptions: true });
+      sims = [...quick, ...slow, ...mute];
       kiln = await startTestServer(storeCase, {
         engines: {
           quick: engine('unique', quick),
           slow: engine('unique', slow, { models: { slow: 'sim-model' } }),
+          mute: engine('unique', mute, { models: { mute: 'sim-model' } }),
           down: {
             serves: 'unique',
             replicas: [`http://127.0.0.1:${await closedPort()}`],
@@ -178,6 +181,39 @@ for (const storeCase of storeCases) {
       expect((await stream(10)).status).toBe(429);
       const usage = await kiln.call('GET', '/api/v1/usage', { key });
       expect(usage.body.limits.key.tokens_per_day.used).toBe(spent);
+    });
+
+    it('an answer whose engine reported no usage still counts: the ledger and the budget get an estimate', async () => {
+      const { key } = await limited({ tokens_per_day: 100_000 });
+      const prompt = 'tell me a story about a lighthouse';
+      const body = { model: 'mute', messages: [{ role: 'user', content: prompt }], max_tokens: 40 };
+      const sync = await kiln.call('POST', '/v1/chat/completions', { key, body });
+      expect(sync.status).toBe(200);
+      // The answer is the engine's: no usage.
+      expect(sync.body.usage).toBeUndefined();
+      const text = sync.body.choices[0].message.content as string;
+      expect(text.length).toBeGreaterThan(0);
+      const estimate = Math.ceil(prompt.length / 4) + Math.ceil(text.length / 4);
+      expect(await ledgerTokens(uuidOf(sync.body.id))).toBe(estimate);
+      expect(await kiln.server.store.admissions.get(uuidOf(sync.body.id))).toMatchObject({
+        held: 0,
+        tokens: estimate,
+      });
+
+      const stream = await fetch(`${kiln.url}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ ...body, stream: true, stream_options: { include_usage: true } }),
+      });
+      const events = await stream.text();
+      expect(events).toContain('data: [DONE]');
+      const [job] = (await kiln.call('GET', '/v1/jobs?limit=1', { key })).body.data;
+      expect((await ended(key, job.id)).status).toBe('completed');
+      const streamed = await ledgerTokens(uuidOf(job.id));
+      // The same prompt, so the same answer: the same estimate.
+      expect(streamed).toBe(estimate);
+      const usage = await kiln.call('GET', '/api/v1/usage', { key });
+      expect(usage.body.limits.key.tokens_per_day.used).toBe(2 * estimate);
     });
 
     it('the official openai client, with its default retries, gets through once the minute window frees room', async () => {

@@ -96,6 +96,35 @@ function refused(port: number): Promise<boolean> {
   });
 }
 
+describe('LLM simulator: ignoreStreamOptions', () => {
+  it('streams the same answer without the usage chunk include_usage asks for; a non-stream answer keeps its usage', async () => {
+    await withSim({ decodeMsPerToken: 0, ignoreStreamOptions: true }, async (mute) => {
+      const request = ask('Stream it.', { max_tokens: 5, seed: 1 });
+      const whole = (await chat(mute, request)).body;
+      expect(whole.usage.completion_tokens).toBe(5);
+      const stream = events(
+        (await streamText(mute, { ...request, stream_options: { include_usage: true } })).text,
+      );
+      expect(stream.map((e) => (e === '[DONE]' ? e : e.choices.length))).toEqual([
+        1,
+        1,
+        1,
+        1,
+        1,
+        1,
+        1,
+        '[DONE]',
+      ]);
+      expect(stream.some((e) => e !== '[DONE]' && e.usage)).toBe(false);
+      const text = stream
+        .slice(1, 6)
+        .map((e) => e.choices[0].delta.content)
+        .join('');
+      expect(text).toBe(whole.choices[0].message.content);
+    });
+  });
+});
+
 /** Starts a simulator for one test and closes it after, whatever happens. */
 async function withSim<T>(options: LlmSimOptions, use: (sim: LlmSim) => Promise<T>): Promise<T> {
   const sim = await startLlmSim(options);

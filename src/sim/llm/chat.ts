@@ -34,6 +34,8 @@ export interface ChatSettings {
   prefillMsPerToken: number;
   decodeMsPerToken: number;
   nonStreamDisconnect: NonStreamDisconnect;
+  /** No usage chunk in a stream, whatever `stream_options` asks. */
+  ignoreStreamOptions: boolean;
 }
 
 /** An abort signal that fires when the client goes away before the answer is complete. */
@@ -110,6 +112,7 @@ export async function handleChat(
   if ('error' in read) return sendError(res, flavor, read.error);
   const request = flavor.parseChat(read.body);
   if (isSimError(request)) return sendError(res, flavor, request);
+  if (settings.ignoreStreamOptions) request.includeUsage = false;
   const unknownModel = flavor.checkModel(request.model, settings.model);
   if (unknownModel) return sendError(res, flavor, unknownModel);
 

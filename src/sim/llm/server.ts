@@ -59,6 +59,12 @@ export interface LlmSimOptions {
    * `Loading model` meanwhile, vLLM accepts no connection yet. Default 0.
    */
   loadMs?: number;
+  /**
+   * Streams carry no usage chunk, whatever `stream_options` asks, as an OpenAI-compatible server
+   * that does not implement the option sends none: a gateway must count such answers without the
+   * engine's usage. Default false.
+   */
+  ignoreStreamOptions?: boolean;
 }
 
 export interface LlmSim {
@@ -92,6 +98,7 @@ const DEFAULTS: Settings = {
   flavor: 'vllm',
   nonStreamDisconnect: 'ignore',
   loadMs: 0,
+  ignoreStreamOptions: false,
 };
 
 function settingsFrom(options: LlmSimOptions): Settings {
