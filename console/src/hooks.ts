@@ -1,8 +1,17 @@
 import { useEffect, useState } from 'preact/hooks';
 
+/** A part of the route as written, where it is no valid percent-encoding (`100%`). */
+const decoded = (part: string) => {
+  try {
+    return decodeURIComponent(part);
+  } catch {
+    return part;
+  }
+};
+
 /** The hash route, e.g. `#/jobs/job_123` → ['jobs', 'job_123']. */
 export function useRoute(): string[] {
-  const read = () => location.hash.replace(/^#\/?/, '').split('/').filter(Boolean).map(decodeURIComponent);
+  const read = () => location.hash.replace(/^#\/?/, '').split('/').filter(Boolean).map(decoded);
   const [route, setRoute] = useState(read);
   useEffect(() => {
     const changed = () => setRoute(read());

@@ -23,6 +23,7 @@ const VIEWS = [
 function App() {
   const [session, setSession] = useState<Session | null>(null);
   const [checking, setChecking] = useState(Boolean(storedKey()));
+  const [checkFailed, setCheckFailed] = useState<string>();
   const [signedOutBecause, setSignedOutBecause] = useState<string>();
   const route = useRoute();
 
@@ -38,16 +39,28 @@ function App() {
     [],
   );
 
-  // A key kept from earlier in this tab: check it is still good before showing anything.
+  // A key kept from earlier in this tab: check it is still good before showing anything. Only a
+  // 401 forgets it (onKeyRejected says why); a gateway restarting or a proxy's error page is asked
+  // again until it answers.
   useEffect(() => {
     if (!storedKey()) return;
-    api<Session>('GET', '/api/v1/session')
-      .then(setSession)
-      .catch(() => storeKey(null))
-      .finally(() => setChecking(false));
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const check = () =>
+      api<Session>('GET', '/api/v1/session')
+        .then((checked) => {
+          setSession(checked);
+          setChecking(false);
+        })
+        .catch((error: Error) => {
+          if (!storedKey()) return setChecking(false);
+          setCheckFailed(`The gateway could not check your key (${error.message}); trying again…`);
+          timer = setTimeout(check, 2000);
+        });
+    check();
+    return () => clearTimeout(timer);
   }, []);
 
-  if (checking) return <p class="loading">Checking your key…</p>;
+  if (checking) return <p class="loading">{checkFailed ?? 'Checking your key…'}</p>;
   if (!session)
     return (
       <SignIn

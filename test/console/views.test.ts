@@ -258,6 +258,65 @@ describe.skipIf(!browserCheck.available)('the console when things go wrong or ru
     await context.close();
   });
 
+  it('deletes the context it shows, not one a teammate made since under its name', async () => {
+    const write = (content: string) =>
+      rig.call('POST', '/api/v1/contexts', rig.adminKey, { name: 'team/race', content });
+    expect((await write('first')).status).toBe(201);
+    const { context, page } = await rig.signedIn((await memberKey('deleter')).key);
+    await page.goto(`${rig.base}/console#/contexts`);
+    await page.getByLabel('Names starting with').fill('team/ra');
+    await page.getByRole('button', { name: 'team/race' }).click();
+    await page.getByRole('button', { name: 'Delete' }).click();
+    // A teammate deletes it and makes another of the same name meanwhile.
+    expect((await rig.call('DELETE', '/api/v1/contexts/team/race', rig.adminKey)).status).toBe(200);
+    expect((await write('second, theirs')).status).toBe(201);
+    await page.getByRole('button', { name: 'Confirm delete' }).click();
+    await page.getByRole('alert').filter({ hasText: "no context 'ctx_" }).waitFor();
+    const theirs = await rig.call('GET', '/api/v1/contexts/team/race', rig.adminKey);
+    expect(theirs.body).toMatchObject({ version: 1, content: 'second, theirs' });
+    await context.close();
+  });
+
+  it('keeps CRLF line endings through an edit, and says when the list cannot be read', async () => {
+    const stored = await rig.call('POST', '/api/v1/contexts', rig.adminKey, {
+      name: 'team/crlf',
+      content: 'line1\r\nline2\r\n',
+    });
+    expect(stored.status).toBe(201);
+    const { context, page } = await rig.signedIn(rig.adminKey);
+    await page.goto(`${rig.base}/console#/contexts`);
+    await page.getByLabel('Names starting with').fill('team/cr');
+    await page.getByRole('button', { name: 'team/crlf' }).click();
+    await page.getByRole('button', { name: 'Edit' }).click();
+    await page.getByLabel('Content').focus();
+    await page.keyboard.press('Control+End');
+    await page.keyboard.type('!');
+    await page.getByRole('button', { name: 'Save' }).click();
+    await page.getByRole('status').filter({ hasText: 'Saved team/crlf, version 2.' }).waitFor();
+    const saved = await rig.call('GET', '/api/v1/contexts/team/crlf', rig.adminKey);
+    expect(saved.body.content).toBe('line1\r\nline2\r\n!');
+
+    // A prefix the API refuses (over 128 characters): the page says so instead of showing nothing.
+    await page.getByLabel('Names starting with').fill('x'.repeat(129));
+    await page.getByRole('alert').filter({ hasText: 'The contexts could not be listed' }).waitFor();
+    await context.close();
+  });
+
+  it('keeps its key through a reload while the gateway answers 503, and survives a malformed address', async () => {
+    const { context, page } = await rig.signedIn(rig.adminKey);
+    await failing(page, (url) => url.pathname === '/api/v1/session', 1);
+    await page.reload();
+    await page.getByText('trying again').waitFor();
+    await page.getByRole('navigation', { name: 'Console' }).waitFor({ timeout: 15_000 });
+
+    // A hash that is no valid percent-encoding: the page still renders.
+    await page.goto(`${rig.base}/console#/contexts/100%`);
+    await page.getByRole('navigation', { name: 'Console' }).waitFor();
+    await page.goto(`${rig.base}/console#/jobs`);
+    await page.getByRole('heading', { name: 'Jobs' }).waitFor();
+    await context.close();
+  });
+
   it('charts every day of the last 30, with or without jobs', async () => {
     await settled(await chatJob('usage today'));
     const { context, page } = await rig.signedIn(rig.adminKey);

@@ -15,6 +15,12 @@ interface Context {
 
 const utf8Bytes = (text: string) => new TextEncoder().encode(text).length;
 
+/** Whether every line of `text` ends with CRLF (and at least one does). */
+const crlfOnly = (text: string) => text.includes('\r\n') && !/(^|[^\r])\n/.test(text);
+
+/** A draft's content as it is saved: its line endings those of the version it edits. */
+const contentOf = (draft: Draft) => (draft.crlf ? draft.content.replace(/\r?\n/g, '\r\n') : draft.content);
+
 /**
  * A context being written. `base` is the ETag of the version it replaces (an edit's, or the one a
  * refused save found); without one, a save creates only. `existing` is that version, once a save
@@ -24,6 +30,11 @@ interface Draft {
   name: string;
   content: string;
   isNew: boolean;
+  /**
+   * The version edited ends its lines with CRLF: a textarea gives back LF alone, so the save puts
+   * the CR back rather than rewrite every line of it.
+   */
+  crlf?: boolean;
   base?: string;
   existing?: Context;
 }
@@ -75,13 +86,13 @@ export function ContextsView({ session }: { session: Session }) {
       const saved = await api<Context>(
         'POST',
         '/api/v1/contexts',
-        { name: editing.name, content: editing.content },
+        { name: editing.name, content: contentOf(editing) },
         undefined,
         editing.base ? { 'if-match': editing.base } : { 'if-none-match': '*' },
       );
       // The saved version, shown at once with the content just sent: reading it back would show the
       // version before it, beside this notice, until the read came back.
-      setOpen({ ...saved, content: editing.content });
+      setOpen({ ...saved, content: contentOf(editing) });
       setEditing(null);
       setConfirming(false);
       setNotice(`Saved ${saved.name}, version ${saved.version}.`);
@@ -102,7 +113,8 @@ export function ContextsView({ session }: { session: Session }) {
   const remove = async () => {
     if (!open) return;
     try {
-      await api('DELETE', `/api/v1/contexts/${encodeURIComponent(open.name)}`);
+      // By id: the context shown, not one a teammate has since made under its name.
+      await api('DELETE', `/api/v1/contexts/${encodeURIComponent(open.id)}`);
       setNotice(`Deleted ${open.name}.`);
       setOpen(null);
       setConfirming(false);
@@ -112,7 +124,7 @@ export function ContextsView({ session }: { session: Session }) {
     }
   };
 
-  const size = editing ? utf8Bytes(editing.content) : 0;
+  const size = editing ? utf8Bytes(contentOf(editing)) : 0;
   return (
     <section aria-labelledby="contexts-title">
       <h1 id="contexts-title">Contexts</h1>
@@ -142,6 +154,7 @@ export function ContextsView({ session }: { session: Session }) {
       {error && <p role="alert">{error}</p>}
       <div class="columns">
         <div>
+          {list.error && <p role="alert">The contexts could not be listed: {list.error.message}</p>}
           {list.value && rows.length === 0 && <p>No contexts{prefix ? ` starting with “${prefix}”` : ''}.</p>}
           {rows.length > 0 && (
             <table>
@@ -196,6 +209,7 @@ export function ContextsView({ session }: { session: Session }) {
                     content: open.content ?? '',
                     isNew: false,
                     base: etagOf(open),
+                    crlf: crlfOnly(open.content ?? ''),
                   })
                 }
               >
