@@ -264,9 +264,9 @@ export class JobService {
       );
     }
     const job = await this.store.jobs.get(orgId, existing.job_id);
-    if (!job) throw notFound('job', existing.job_id);
-    // Its result deleted (or past retention): there is nothing left to answer the replay with.
-    if (job.expires_at !== null && job.expires_at <= Date.now()) {
+    // Its result deleted (or past retention), its job maybe purged since: there is nothing left to
+    // answer the replay with, and the request is not run again.
+    if (!job || (job.expires_at !== null && job.expires_at <= Date.now())) {
       throw new KilnError(
         'job-expired',
         'the request this Idempotency-Key was used for has been deleted or has expired; use a new key for a new request',

@@ -345,6 +345,28 @@ export const migrations: readonly Migration[] = [
     // the key by reading every key of the last day.
     sql: () => 'CREATE INDEX idempotency_job ON idempotency_keys (job_id);',
   },
+  {
+    version: 13,
+    name: 'idempotency keys outlive their purged jobs',
+    // A key answers `410 job-expired` for its whole day, also once the purge has deleted its job: it
+    // was deleted with it, and a retry after the purge ran the request again. Rebuilt without the
+    // foreign key to jobs (SQLite cannot drop one).
+    sql: () => `
+      CREATE TABLE idempotency_keys_v13 (
+        org_id TEXT NOT NULL REFERENCES orgs(id),
+        idem_key TEXT NOT NULL,
+        request_hash TEXT NOT NULL,
+        job_id TEXT NOT NULL,
+        created_at BIGINT NOT NULL,
+        PRIMARY KEY (org_id, idem_key)
+      );
+      INSERT INTO idempotency_keys_v13 SELECT org_id, idem_key, request_hash, job_id, created_at FROM idempotency_keys;
+      DROP TABLE idempotency_keys;
+      ALTER TABLE idempotency_keys_v13 RENAME TO idempotency_keys;
+      CREATE INDEX idempotency_created ON idempotency_keys (created_at);
+      CREATE INDEX idempotency_job ON idempotency_keys (job_id);
+    `,
+  },
 ];
 
 /**

@@ -154,7 +154,7 @@ for (const storeCase of storeCases) {
       expect((await kiln.call('GET', `/v1/jobs/${id}`, { key: member })).status).toBe(410);
     });
 
-    it('a job waits for its pending webhook; idempotency records after a day and finished deliveries after their retention go', async () => {
+    it('a job waits for its pending webhook; idempotency records go after a day, not with their purged job, and finished deliveries after their retention', async () => {
       const { store, runtime } = kiln.server;
       hookAnswers = 503;
       const id = await image(member, { webhook: { url: hookUrl } }, { 'Idempotency-Key': 'purge-me' });
@@ -177,9 +177,21 @@ for (const storeCase of storeCases) {
       expect(purged.jobs).toBeGreaterThanOrEqual(1);
       expect(await store.jobs.byId(jobId)).toBeUndefined();
       expect(await store.webhooks.forJob(jobId)).toBeUndefined();
+      // Its key stays for its day: a retry is told the job expired, and nothing runs again.
       expect(
         await store.idempotency.find((await store.orgs.byName('retention'))?.id ?? '', 'purge-me', 0),
-      ).toBeUndefined();
+      ).toBeDefined();
+      const jobsBefore = (await kiln.call('GET', '/v1/jobs?limit=100', { key: member })).body.data.length;
+      const retried = await kiln.call('POST', '/v1/images/generations', {
+        key: member,
+        headers: { 'Idempotency-Key': 'purge-me' },
+        body: { model: 'sdxl', prompt: 'a kiln at dusk', mode: 'async', webhook: { url: hookUrl } },
+      });
+      expect(retried.status).toBe(410);
+      expect(retried.body.error.code).toBe('job-expired');
+      expect((await kiln.call('GET', '/v1/jobs?limit=100', { key: member })).body.data).toHaveLength(
+        jobsBefore,
+      );
       hookAnswers = 204;
 
       // A kept job's idempotency record goes after a day, its delivered webhook after its retention.

@@ -49,11 +49,14 @@ export class RetentionRepository {
     return { changed, last: ids[ids.length - 1] };
   }
 
-  /** Deletes the jobs and the rows that point at them (their usage-ledger rows stay). Answers how many jobs. */
+  /**
+   * Deletes the jobs and the rows that point at them. Their usage-ledger rows stay, and so do their
+   * idempotency keys until their day is over: a retry then is told the job expired, and not run
+   * again. Answers how many jobs.
+   */
   async deleteJobs(ids: string[]): Promise<number> {
     if (ids.length === 0) return 0;
     const where = `job_id IN (${list(ids.length)})`;
-    await this.db.run(`DELETE FROM idempotency_keys WHERE ${where}`, ids);
     await this.db.run(`DELETE FROM webhook_deliveries WHERE ${where} AND status <> 'pending'`, ids);
     await this.db.run(`DELETE FROM response_events WHERE ${where}`, ids);
     return this.db.run(
