@@ -52,6 +52,8 @@ export function jobRoutes(
       }
       await deps.runtime.files.deleteForJob(job.org_id, job.id);
       await jobs.store.jobs.forget(job.org_id, job.id);
+      // Its webhook is not sent (again) with the result just deleted.
+      if (job.webhook_url) await jobs.store.webhooks.dropForJob(job.id);
       return { id: jobs.poll(job).id, object: 'job', deleted: true };
     });
 

@@ -30,6 +30,7 @@ for (const storeCase of storeCases) {
     let hook: Server;
     let hookUrl: string;
     let hookAnswers = 204;
+    let hookHits = 0;
 
     const image = async (
       key: string,
@@ -64,6 +65,7 @@ for (const storeCase of storeCases) {
     beforeAll(async () => {
       comfy = await startComfySim({ models: ['sdxl'], stepMs: 1, steps: 2 });
       hook = createServer((request, response) => {
+        hookHits++;
         request.resume().on('end', () => response.writeHead(hookAnswers).end());
       });
       await new Promise<void>((resolve) => hook.listen(0, '127.0.0.1', resolve));
@@ -138,6 +140,32 @@ for (const storeCase of storeCases) {
       const fresh = again.body.result.data[0].url as string;
       expect(expiresOf(fresh)).toBeGreaterThan(expiresOf(first));
       expect(await statusOf(fresh)).toBe(200);
+    });
+
+    it('DELETE of a job gives up its pending webhook and erases what its deliveries carried', async () => {
+      hookAnswers = 503;
+      const id = await image(member, { webhook: { url: hookUrl } });
+      await completed(member, id);
+      const jobId = id.replace(/^[a-z]+-/, '');
+      const { webhooks } = kiln.server.store;
+      await waitUntil(async () => ((await webhooks.forJob(jobId))?.attempts ?? 0) >= 1 || undefined, {
+        timeoutMs: 10_000,
+      });
+      expect((await kiln.call('DELETE', `/v1/jobs/${id}`, { key: member })).status).toBe(200);
+      const hits = hookHits;
+      expect(await webhooks.forJob(jobId)).toMatchObject({
+        status: 'failed',
+        last_error: 'not sent: its job was deleted',
+      });
+      const body = await kiln.server.store.driver.get<{ body: string }>(
+        'SELECT body FROM webhook_deliveries WHERE job_id = ?',
+        [jobId],
+      );
+      expect(body?.body).toBe('{}');
+      // Past the retry schedule's 1 s: nothing more was sent.
+      await new Promise((resolve) => setTimeout(resolve, 2500));
+      expect(hookHits).toBe(hits);
+      hookAnswers = 204;
     });
 
     it('DELETE of a file and of a terminal job work at once; another organisation gets 404', async () => {

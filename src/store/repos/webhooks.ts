@@ -50,6 +50,20 @@ export class WebhookRepository {
     );
   }
 
+  /**
+   * A deleted job's deliveries: their bodies (which carry its result) erased, and one still pending
+   * given up, its lease dropped so that an attempt in flight records nothing over it.
+   */
+  async dropForJob(jobId: string): Promise<void> {
+    await this.db.run(
+      `UPDATE webhook_deliveries SET body = '{}', lease_owner = NULL, lease_expires_at = NULL,
+         status = CASE WHEN status = 'pending' THEN 'failed' ELSE status END,
+         last_error = CASE WHEN status = 'pending' THEN 'not sent: its job was deleted' ELSE last_error END
+       WHERE job_id = ?`,
+      [jobId],
+    );
+  }
+
   /** Records one attempt's outcome; `next` set means try again then, otherwise `status` is final. */
   async recordAttempt(
     id: string,
