@@ -166,11 +166,12 @@ export async function submitJob(
   const done = await deps.jobs.waitForTerminal(job.id, waitMs, undefined, replayed ? undefined : job);
   if (!isTerminal(done.status)) return accepted();
   reply.headers(options.headers?.(done) ?? {});
-  // The result as it was stored: JSON already, sent without another parse and serialisation.
+  // The result as it was stored: JSON already, sent without another parse and serialisation. A
+  // replay's was stored earlier: its files' URLs are signed afresh, as a poll's are.
   if (done.status === 'completed')
     return reply
       .status(200)
       .type('application/json; charset=utf-8')
-      .send(done.result ?? 'null');
+      .send(replayed ? JSON.stringify(deps.jobs.poll(done).result ?? null) : (done.result ?? 'null'));
   throw jobError(done, deps.jobs.poll(done));
 }

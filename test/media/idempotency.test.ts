@@ -79,6 +79,20 @@ for (const store of storeCases) {
       expect(await jobsOfKind('image.generation')).toBe(before + 1);
     }, 60_000);
 
+    it('a sync image replayed later answers its URL signed afresh, as a poll does, not the one first sent', async () => {
+      const headers = { 'idempotency-key': `media-${++key}` };
+      const body = { prompt: 'a kiln at dawn', size: '512x512' };
+      const first = await kiln.call('POST', '/v1/images/generations', { body, headers });
+      expect(first.status, JSON.stringify(first.body)).toBe(200);
+      const expiry = (url: string) => Number(new URL(url, kiln.url).searchParams.get('expires'));
+      await new Promise((resolve) => setTimeout(resolve, 1100));
+      const again = await kiln.call('POST', '/v1/images/generations', { body, headers });
+      expect(again.headers.get('idempotent-replayed')).toBe('true');
+      expect(again.body.data[0].file_id).toBe(first.body.data[0].file_id);
+      expect(expiry(again.body.data[0].url)).toBeGreaterThan(expiry(first.body.data[0].url));
+      expect((await fetch(new URL(again.body.data[0].url, kiln.url))).status).toBe(200);
+    }, 60_000);
+
     it("a free key's transition is held to ltx-video: the same key and body from a standard key of the org is another request", async () => {
       const headers = { 'idempotency-key': `media-${++key}` };
       const body = { start_image: image, size: '512x512', duration_seconds: 1, prompt: 'a kiln', seed: 3 };
