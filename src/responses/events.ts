@@ -214,7 +214,8 @@ export class ResponseEvents {
     );
   }
 
-  #closeMessage(): void {
+  /** Closes the message being written: `completed` when an item follows it, else as the response ends. */
+  #closeMessage(status: 'completed' | 'incomplete' = 'completed'): void {
     const message = this.#message;
     if (!message) return;
     this.#message = undefined;
@@ -238,13 +239,13 @@ export class ResponseEvents {
     this.#emit({
       type: 'response.output_item.done',
       output_index: index,
-      item: messageItem(id, text, 'completed'),
+      item: messageItem(id, text, status),
     });
   }
 
   /** Closes every open item and answers the output, as the stored response holds it. */
   close(status: 'completed' | 'incomplete'): Item[] {
-    this.#closeMessage();
+    this.#closeMessage(status);
     for (const call of this.#calls.values()) {
       call.args = call.pieces.toString();
       this.#emit({

@@ -218,6 +218,8 @@ export function chatFields(body: ResponseBody, problems: Problems): Record<strin
         );
       }
       chat.tool_choice = { type: 'function', function: { name } };
+    } else if (choice.type === 'function') {
+      problems.add('tool_choice.name', 'required', 'tool_choice of type function needs the name of a tool');
     } else {
       problems.add(
         'tool_choice',
@@ -226,6 +228,13 @@ export function chatFields(body: ResponseBody, problems: Problems): Record<strin
         choice.type,
       );
     }
+  }
+  // Without tools, `auto` and `none` choose nothing (OpenAI takes them so, and engines refuse a
+  // choice without tools); `required` cannot be met.
+  if (!chat.tools && chat.tool_choice !== undefined) {
+    if (chat.tool_choice === 'required')
+      problems.add('tool_choice', 'tools', "tool_choice 'required' needs tools to choose from", 'required');
+    delete chat.tool_choice;
   }
   if (typeof body.parallel_tool_calls === 'boolean' && chat.tools)
     chat.parallel_tool_calls = body.parallel_tool_calls;

@@ -34,6 +34,8 @@ const ListQuery = Type.Object(
     order: Type.Optional(Type.Union([Type.Literal('asc'), Type.Literal('desc')], { default: 'desc' })),
     after: Type.Optional(Type.String({ maxLength: 128 })),
     include: Type.Optional(Type.Union([Type.String(), Type.Array(Type.String())])),
+    // As OpenAI's own client writes an array in a query: `include[]=…`.
+    'include[]': Type.Optional(Type.Union([Type.String(), Type.Array(Type.String())])),
   },
   { additionalProperties: false },
 );
@@ -43,6 +45,7 @@ const RetrieveQuery = Type.Object(
     stream: Type.Optional(Type.Boolean()),
     starting_after: Type.Optional(Type.Integer({ minimum: -1, maximum: 2_147_483_647 })),
     include: Type.Optional(Type.Union([Type.String(), Type.Array(Type.String())])),
+    'include[]': Type.Optional(Type.Union([Type.String(), Type.Array(Type.String())])),
     include_obfuscation: Type.Optional(Type.Boolean()),
   },
   { additionalProperties: false },
@@ -238,7 +241,7 @@ export function responseRoutes(app: FastifyInstance, deps: AppDeps): void {
       const ended = await find(orgId, request.params.id);
       throw new KilnError(
         'job-already-terminal',
-        `response ${RESPONSE_PREFIX}${ended.id} is already ${ended.status}`,
+        `response ${RESPONSE_PREFIX}${ended.id} is already ${responseOf(ended).status}`,
         { attach: { response: responseOf(ended) } },
       );
     }

@@ -119,6 +119,39 @@ describe.each(storeCases)('the Responses API over HTTP ($name)', (storeCase) => 
     },
   );
 
+  it.skipIf(storeCase.skip)(
+    'tool_choice without tools: auto and none answer, required and a function without a name are 400s naming the field',
+    async () => {
+      const { key } = await fleet.client();
+      for (const tool_choice of ['auto', 'none']) {
+        const answered = await create(key, { model: 'brief', input: 'Hi.', tool_choice, tools: [] });
+        expect(answered.status, JSON.stringify(answered.body)).toBe(200);
+      }
+      const required = await create(key, { model: 'brief', input: 'Hi.', tool_choice: 'required' });
+      expect(required.status).toBe(400);
+      expect(required.body.error).toMatchObject({ code: 'validation-failed', param: 'tool_choice' });
+      const nameless = await create(key, { model: 'brief', input: 'Hi.', tool_choice: { type: 'function' } });
+      expect(nameless.status).toBe(400);
+      expect(nameless.body.error).toMatchObject({
+        param: 'tool_choice.name',
+        message: expect.stringContaining('needs the name of a tool'),
+      });
+    },
+  );
+
+  it.skipIf(storeCase.skip)(
+    'cancelling a response that ended incomplete says so, in the words of responses',
+    async () => {
+      const { key } = await fleet.client();
+      const body = { model: 'm', input: 'Hi.', background: true, max_output_tokens: 3 };
+      const { id } = (await create(key, body)).body as { id: string };
+      await until(async () => (await retrieve(key, id)).body.status === 'incomplete', 5000, 'the end');
+      const refused = await fleet.kiln.call('POST', `/v1/responses/${id}/cancel`, { key });
+      expect(refused.status).toBe(409);
+      expect(refused.body.error.message).toBe(`response ${id} is already incomplete`);
+    },
+  );
+
   it.skipIf(storeCase.skip)('DELETE answers the deletion object; a second DELETE is a 404', async () => {
     const { key } = await fleet.client();
     const { id } = (await create(key, { model: 'brief', input: 'Say something.' })).body as { id: string };

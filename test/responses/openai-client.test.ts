@@ -39,6 +39,35 @@ describe.each(storeCases)('the Responses API with the openai client ($name)', (s
   });
 
   it.skipIf(storeCase.skip)(
+    "the client's include on retrieve and input_items is taken; a stream cut by max_output_tokens closes its message incomplete",
+    async () => {
+      const events = await eventsOf(
+        await client.responses.create({
+          model: 'm',
+          input: 'Name a glaze.',
+          max_output_tokens: 3,
+          stream: true,
+        }),
+      );
+      const done = events.filter((e) => e.type === 'response.output_item.done');
+      expect(done).toHaveLength(1);
+      const last = events.at(-1) as OpenAI.Responses.ResponseIncompleteEvent;
+      expect(last.type).toBe('response.incomplete');
+      // The item as it is closed is the item as the response stores it.
+      expect((done[0] as OpenAI.Responses.ResponseOutputItemDoneEvent).item).toEqual(last.response.output[0]);
+      expect(last.response.output[0]).toMatchObject({ type: 'message', status: 'incomplete' });
+
+      const id = last.response.id;
+      const got = await valid(client.responses.retrieve(id, { include: ['message.output_text.logprobs'] }));
+      expect(got.id).toBe(id);
+      const items = await client.responses.inputItems.list(id, {
+        include: ['message.input_image.image_url'],
+      });
+      expect(items.data).toHaveLength(1);
+    },
+  );
+
+  it.skipIf(storeCase.skip)(
     'responses.create answers output_text; previous_response_id sends the engine the first turn, and input_items lists only the second',
     async () => {
       const first = await valid(
