@@ -1,5 +1,5 @@
 import sharp from 'sharp';
-import { type ErrorDetail, validationError } from '../errors.js';
+import { type ErrorDetail, KilnError, validationError } from '../errors.js';
 import { createOutboundAgent, requestFollowingRedirects } from '../net/http.js';
 import type { OutboundPolicy } from '../net/policy.js';
 
@@ -130,6 +130,12 @@ export async function loadImage(
       field,
       schemes: ['https:'],
       signal,
+    }).catch((error: unknown) => {
+      // A failure of the network or of TLS, said of the field it was for (a request may have two).
+      if (error instanceof KilnError || signal.aborted) throw error;
+      const { code, message } = error as { code?: unknown; message?: unknown };
+      const why = typeof code === 'string' ? code : String(message ?? error).split('\n')[0];
+      return refuse(field, 'fetch', `${field} could not be fetched: ${why}`);
     });
     if (response.statusCode !== 200) {
       await response.body.dump();

@@ -8,6 +8,7 @@ import sharp from 'sharp';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { runFfprobe } from '../../src/media/ffmpeg.js';
 import { type ComfySim, startComfySim } from '../../src/sim/comfyui/server.js';
+import { closedPort } from '../helpers/ports.js';
 import { startTestServer, type TestServer } from '../helpers/server.js';
 import { storeCases } from '../helpers/stores.js';
 
@@ -121,6 +122,31 @@ describe('video and images through a ComfyUI runner', () => {
     const [, t, v1] = /t=(\d+),v1=([0-9a-f]+)/.exec(String(hookCall?.headers['x-service-signature'])) ?? [];
     expect(v1).toBe(createHmac('sha256', 'transition-secret').update(`${t}.${hookCall?.body}`).digest('hex'));
   }, 90_000);
+
+  it('an image that cannot be fetched fails the job with a message naming its field, on one line', async () => {
+    const refused = await kiln.call('POST', '/v1/videos/transitions', {
+      body: {
+        start_image: start,
+        end_image: `https://127.0.0.1:${await closedPort()}/b.png`,
+        size: '512x512',
+      },
+    });
+    expect(refused.status).toBe(202);
+    expect(await settle(kiln, `/v1/jobs/${refused.body.id}`)).toMatchObject({
+      status: 'failed',
+      code: 'inference-failed',
+      message: 'end_image could not be fetched: ECONNREFUSED',
+    });
+    // TLS spoken to a plain-HTTP server: the TLS library's words, its first line, after the field.
+    const plain = `https://127.0.0.1:${(receiver.address() as AddressInfo).port}/a.png`;
+    const wrong = await kiln.call('POST', '/v1/videos/transitions', {
+      body: { start_image: plain, size: '512x512' },
+    });
+    const failed = await settle(kiln, `/v1/jobs/${wrong.body.id}`);
+    expect(failed.status).toBe('failed');
+    expect(failed.message).toMatch(/^start_image could not be fetched: \S/);
+    expect(failed.message).not.toContain('\n');
+  }, 60_000);
 
   it('wan-2.2 against a runner lacking it fails workflow-model-missing with the runner’s own words', async () => {
     const accepted = await kiln.call('POST', '/v1/videos/transitions', {
