@@ -265,11 +265,21 @@ export function unstorableTextDetails(value: unknown, root: string): ErrorDetail
 }
 
 /** The preValidation hook that answers 400 `validation-failed` to unstorable text in the query string or the JSON body. */
+/**
+ * The path's parameters by the names the API gives them: a wildcard (`/api/v1/contexts/*`, whose
+ * names may hold `/`) is the context's `id_or_name`, not `*`.
+ */
+function namedParams(params: unknown): unknown {
+  if (!params || typeof params !== 'object' || !('*' in params)) return params;
+  const { '*': ref, ...rest } = params as Record<string, unknown>;
+  return { ...rest, id_or_name: ref };
+}
+
 export function refuseUnstorableText() {
   return async function refuseUnstorable(request: FastifyRequest): Promise<void> {
     const details = [
       // A reference in the path too: PostgreSQL refuses a NUL in a statement's text parameter.
-      ...unstorableTextDetails(request.params, 'path'),
+      ...unstorableTextDetails(namedParams(request.params), 'path'),
       ...unstorableTextDetails(request.query, 'querystring'),
       ...unstorableTextDetails(request.body, 'body'),
     ];

@@ -211,6 +211,13 @@ describe('bad input never yields a 500', () => {
       ['unknown context', kiln.call('GET', '/api/v1/contexts/nope'), 404, 'not-found', null],
       ['undecodable path', kiln.call('GET', '/v1/jobs/%E0%A4%A'), 400, 'validation-failed', 'path'],
       [
+        'a NUL in a context reference, named as the API names it',
+        kiln.call('GET', '/api/v1/contexts/a%00b'),
+        400,
+        'validation-failed',
+        'id_or_name',
+      ],
+      [
         'path parameter over 100 characters',
         kiln.call('GET', `/v1/jobs/${'a'.repeat(101)}`),
         400,
