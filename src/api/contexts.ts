@@ -49,5 +49,7 @@ export function contextRoutes(app: FastifyInstance, deps: { store: Store; config
     return reply.send(context);
   });
 
-  app.delete('/api/v1/contexts/*', async (request) => contextsOf(request).delete(refOf(request)));
+  app.delete('/api/v1/contexts/*', async (request) =>
+    contextsOf(request).delete(refOf(request), request.headers['if-match']),
+  );
 }

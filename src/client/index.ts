@@ -308,12 +308,14 @@ export class KilnClient {
         const qs = search.size ? `?${search}` : '';
         return (await this.#call<ContextList>(['list'], 'GET', `/api/v1/contexts${qs}`)).data;
       },
-      delete: async (idOrName: string) =>
+      delete: async (idOrName: string, ifMatch?: string) =>
         (
           await this.#call<{ id: string; object: 'context'; deleted: true }>(
             ['context'],
             'DELETE',
             `/api/v1/contexts/${encodeURIComponent(idOrName)}`,
+            undefined,
+            ifMatch === undefined ? {} : { headers: { 'if-match': ifMatch } },
           )
         ).data,
     };

@@ -47,7 +47,11 @@ export interface ContextsPort {
   ): Promise<{ context: ContextRecord; created: boolean }>;
   get(idOrName: string): Promise<ContextWithContent>;
   list(query?: ListContextsQuery): Promise<ContextList>;
-  delete(idOrName: string): Promise<{ id: string; object: 'context'; deleted: true }>;
+  delete(
+    idOrName: string,
+    /** `If-Match`: delete only while the context is one of these versions (or, with `*`, exists). */
+    ifMatch?: string,
+  ): Promise<{ id: string; object: 'context'; deleted: true }>;
 }
 
 const seconds = (ms: number) => Math.floor(ms / 1000);
@@ -218,9 +222,21 @@ export class OrgContexts implements ContextsPort {
     return toList(page);
   }
 
-  async delete(idOrName: string): Promise<{ id: string; object: 'context'; deleted: true }> {
-    const id = await this.store.contexts.delete(this.caller.orgId, idOrName);
-    if (!id) throw notFound('context', idOrName);
-    return { id, object: 'context', deleted: true };
+  async delete(
+    idOrName: string,
+    ifMatch?: string,
+  ): Promise<{ id: string; object: 'context'; deleted: true }> {
+    const condition = ifMatch === undefined ? undefined : saveCondition({ ifMatch });
+    const tags = condition?.kind === 'match' ? condition.tags : undefined;
+    const id = await this.store.contexts.delete(this.caller.orgId, idOrName, tags);
+    if (id) return { id, object: 'context', deleted: true };
+    const current = tags && (await this.store.contexts.get(this.caller.orgId, idOrName));
+    if (!current) throw notFound('context', idOrName);
+    const at = `version ${current.version}, ETag ${etagOf(current)}, saved ${new Date(current.updated_at).toISOString()}`;
+    throw new KilnError(
+      'context-changed',
+      `context '${current.name}' is not the version this delete was based on: it is at ${at}. Nothing was deleted.`,
+      { param: 'If-Match', attach: { context: toRecord(current) } },
+    );
   }
 }

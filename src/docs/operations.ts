@@ -268,9 +268,21 @@ const OPERATIONS: Record<string, Operation> = {
   },
   'DELETE /api/v1/contexts/*': {
     summary: 'Delete one context',
-    description: 'The id (`ctx_…`) or the name; a name may hold `/`, encoded or not.',
+    description:
+      'The id (`ctx_…`) or the name; a name may hold `/`, encoded or not. With `If-Match` it deletes only the version whose ETag is given; a teammate’s later version is 412, with the context as it stands.',
     wildcard: { name: 'id_or_name', schema: ContextRef },
-    responses: ok(R.ContextDeleted),
+    headers: Type.Object({
+      'If-Match': Type.Optional(
+        text(
+          'ETags (`"ctx_….3"`, from a save or fetch) or `*`: delete only that version (any, for `*`); else 412 `context-changed`',
+        ),
+      ),
+    }),
+    responses: {
+      200: R.ContextDeleted,
+      412: R.ContextConflict,
+      default: R.ErrorEnvelope,
+    },
   },
   ...JOBS,
   'GET /api/v1/jobs/:id/details': {

@@ -108,6 +108,29 @@ for (const storeCase of storeCases) {
       expect([probe.status, probe.body.context]).toEqual([412, undefined]);
     });
 
+    it('deletes with If-Match only the version read; a stale ETag deletes nothing', async () => {
+      const first = await save(alice, 'rota', 'v1 text');
+      const etag = `"${first.body.id}.1"`;
+      expect((await save(bob, 'rota', 'bob edit')).body.version).toBe(2);
+      const del = (key: string, ifMatch: string) =>
+        kiln.call('DELETE', '/api/v1/contexts/rota', { key, headers: { 'if-match': ifMatch } });
+
+      const stale = await del(alice, etag);
+      expect(stale.status).toBe(412);
+      expect(stale.body.error).toMatchObject({ code: 'context-changed', param: 'If-Match' });
+      expect(stale.body.error.message).toContain('Nothing was deleted.');
+      expect(stale.body.context).toMatchObject({ id: first.body.id, name: 'rota', version: 2 });
+      expect(await contentOf('rota')).toBe('bob edit');
+      // Another organisation's key: the context is not there for it, whatever the tag.
+      expect((await del(outsider, `"${first.body.id}.2"`)).status).toBe(404);
+      expect((await del(alice, 'v2')).status).toBe(400);
+
+      const current = await del(alice, `"${first.body.id}.2"`);
+      expect(current.status).toBe(200);
+      expect(current.body).toEqual({ id: first.body.id, object: 'context', deleted: true });
+      expect((await del(alice, '*')).status).toBe(404);
+    });
+
     it('answers 400 for preconditions it cannot read, and stores nothing', async () => {
       const cases: Array<[Record<string, string>, string]> = [
         [{ 'if-none-match': '"ctx_0.1"' }, 'If-None-Match'],

@@ -274,6 +274,19 @@ describe.skipIf(!browserCheck.available)('the console when things go wrong or ru
     await page.getByRole('alert').filter({ hasText: "no context 'ctx_" }).waitFor();
     const theirs = await rig.call('GET', '/api/v1/contexts/team/race', rig.adminKey);
     expect(theirs.body).toMatchObject({ version: 1, content: 'second, theirs' });
+
+    // Nor a version of it a teammate saved after it was opened.
+    await page.getByLabel('Names starting with').fill('team/rac');
+    await page.getByRole('button', { name: 'team/race' }).click();
+    await page.getByRole('button', { name: 'Delete' }).click();
+    expect((await write('third, theirs again')).status).toBe(200);
+    await page.getByRole('button', { name: 'Confirm delete' }).click();
+    await page
+      .getByRole('alert')
+      .filter({ hasText: 'is not the version this delete was based on' })
+      .waitFor();
+    const kept = await rig.call('GET', '/api/v1/contexts/team/race', rig.adminKey);
+    expect(kept.body).toMatchObject({ version: 2, content: 'third, theirs again' });
     await context.close();
   });
 

@@ -113,8 +113,11 @@ export function ContextsView({ session }: { session: Session }) {
   const remove = async () => {
     if (!open) return;
     try {
-      // By id: the context shown, not one a teammate has since made under its name.
-      await api('DELETE', `/api/v1/contexts/${encodeURIComponent(open.id)}`);
+      // The context shown, at the version shown: not one a teammate has since made under its name,
+      // nor a version of theirs saved since (412, said in the alert).
+      await api('DELETE', `/api/v1/contexts/${encodeURIComponent(open.id)}`, undefined, undefined, {
+        'if-match': etagOf(open),
+      });
       setNotice(`Deleted ${open.name}.`);
       setOpen(null);
       setConfirming(false);

@@ -149,10 +149,17 @@ export class ContextRepository {
   }
 
   /** Deletes and answers the deleted id, or undefined when there was none. */
-  async delete(orgId: string, idOrName: string): Promise<string | undefined> {
+  /** Deletes a context; with `tags`, only while it is one of those versions (none: nothing). */
+  async delete(
+    orgId: string,
+    idOrName: string,
+    tags?: ReadonlyArray<{ id: string; version: number }>,
+  ): Promise<string | undefined> {
+    if (tags && tags.length === 0) return undefined;
+    const matching = tags ? ` AND (${tags.map(() => '(id = ? AND version = ?)').join(' OR ')})` : '';
     const row = await this.db.get<{ id: string }>(
-      `DELETE FROM contexts WHERE org_id = ? AND ${column(idOrName)} = ? RETURNING id`,
-      [orgId, idOrName],
+      `DELETE FROM contexts WHERE org_id = ? AND ${column(idOrName)} = ?${matching} RETURNING id`,
+      [orgId, idOrName, ...(tags ?? []).flatMap((tag) => [tag.id, tag.version])],
     );
     return row?.id;
   }
