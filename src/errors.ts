@@ -87,7 +87,8 @@ export class KilnError extends Error {
     code: ErrorCode,
     message: string,
     extras: {
-      param?: string;
+      /** The field at fault; by default the first detail's; null when none applies, whatever the details say. */
+      param?: string | null;
       details?: ErrorDetail[];
       cause?: unknown;
       attach?: Record<string, unknown>;
@@ -98,7 +99,7 @@ export class KilnError extends Error {
     this.name = 'KilnError';
     this.code = code;
     this.status = errorCatalogue[code].status;
-    this.param = extras.param ?? extras.details?.[0]?.field;
+    this.param = extras.param === null ? undefined : (extras.param ?? extras.details?.[0]?.field);
     this.details = extras.details;
     this.attach = extras.attach;
     this.headers = extras.headers;

@@ -84,7 +84,9 @@ export function jobError(job: JobRow, poll: Record<string, unknown>): KilnError 
         },
       ]
     : undefined;
-  return new KilnError(code, message, { attach: { job: poll }, ...(details ? { details } : {}) });
+  // `param` names a field only where the engine named one: not every refusal is the messages'.
+  const param = engine && typeof engine.param !== 'string' ? { param: null } : {};
+  return new KilnError(code, message, { attach: { job: poll }, ...(details ? { details } : {}), ...param });
 }
 
 /**

@@ -62,6 +62,22 @@ function asJobFailure(error: EngineError): JobFailure {
 }
 
 /**
+ * An engine's refusal names messages by their place in what it was sent, where the persona's and
+ * the contexts' `before` messages come first: said of the caller's own messages instead.
+ */
+function ownIndices(failure: unknown, before: number): unknown {
+  if (before === 0 || !(failure instanceof JobFailure) || failure.code !== 'engine-rejected') return failure;
+  const shift = (text: string) =>
+    text.replace(/\bmessages\[(\d+)\]/g, (whole, n: string) =>
+      Number(n) >= before ? `messages[${Number(n) - before}]` : whole,
+    );
+  const engine = failure.extra.engine_error as Record<string, unknown> | undefined;
+  const param = typeof engine?.param === 'string' ? { param: shift(engine.param) } : {};
+  const extra = engine ? { ...failure.extra, engine_error: { ...engine, ...param } } : failure.extra;
+  return new JobFailure(failure.code, shift(failure.message), extra, failure.status);
+}
+
+/**
  * A job's chat call through the router: its route recorded when it is chosen, and again with the
  * cached tokens the engine reported; an engine's failure thrown as the job's.
  */
@@ -237,6 +253,20 @@ export class ChunkRelay {
   }
 }
 
+/**
+ * The caller's body over a persona's defaults. A null is no value (OpenAI's optional fields take
+ * null for "not set"): the persona's default stands where the caller sent one.
+ */
+function withDefaults(
+  defaults: Record<string, unknown> | undefined,
+  given: Record<string, unknown>,
+): Record<string, unknown> {
+  if (!defaults) return given;
+  const body: Record<string, unknown> = { ...defaults };
+  for (const key in given) if (given[key] !== null || !(key in defaults)) body[key] = given[key];
+  return body;
+}
+
 /** Chat completions as a job kind: every mode runs here, through the router. */
 export function chatKind(deps: ChatDeps): JobKind<ChatJobRequest> {
   return {
@@ -255,13 +285,14 @@ export function chatKind(deps: ChatDeps): JobKind<ChatJobRequest> {
       const model = router.resolve(job.request.model);
       if (!model)
         throw new JobFailure('inference-failed', `no persona or served model named ${job.request.model}`);
+      const before = await preamble(deps.store, job.orgId, job.request, router);
       const messages = [
-        ...(await preamble(deps.store, job.orgId, job.request, router)),
+        ...before,
         ...(await inlineMessageImages(job.request.body.messages as ChatMessage[], deps.images, signal)),
       ];
       // Without the messages, by destructuring: `delete` would leave an object V8 keeps as a
       // dictionary, slow in every later spread and read of it on the way to the engine.
-      const { messages: _messages, ...body } = { ...(model.persona?.defaults ?? {}), ...job.request.body };
+      const { messages: _messages, ...body } = withDefaults(model.persona?.defaults, job.request.body);
       const created = Math.floor(Date.now() / 1000);
       const renamer = new ChunkRenamer(job.publicId, job.request.model, created);
       const relay = new ChunkRelay(job.request.includeUsage, renamer, (text) => job.publish(text));
@@ -277,6 +308,8 @@ export function chatKind(deps: ChatDeps): JobKind<ChatJobRequest> {
                 relay.content(shape, content, body),
             }
           : {}),
+      }).catch((failure: unknown) => {
+        throw ownIndices(failure, before.length);
       });
       relay.end();
       return {

@@ -29,7 +29,7 @@ export const ChatBody = Type.Object(
     }),
     messages: Type.Array(Message, { minItems: 1 }),
     mode: Type.Optional(Type.Union([Type.Literal('sync'), Type.Literal('stream'), Type.Literal('async')])),
-    stream: Type.Optional(Type.Boolean()),
+    stream: Type.Optional(Type.Union([Type.Boolean(), Type.Null()])),
     stream_options: Type.Optional(
       Type.Union([
         Type.Object({ include_usage: Type.Optional(Type.Boolean()) }, { additionalProperties: true }),

@@ -189,6 +189,44 @@ describe('chat completions against a simulated fleet', () => {
     expect(missing.body.error.details[0]).toMatchObject({ field: 'contexts[0]', rule: 'exists' });
   });
 
+  it("an engine's refusal names the caller's own message, not its place after the persona's; param only where the engine named one", async () => {
+    const refused = await kiln.call('POST', '/v1/chat/completions', {
+      body: {
+        model: 'plain',
+        messages: [
+          { role: 'user', content: 'hi' },
+          { role: 'tool', content: 'x' },
+        ],
+      },
+    });
+    expect(refused.status).toBe(400);
+    expect(refused.body.error.code).toBe('engine-rejected');
+    // The persona's system message went first: the engine saw this one as messages[2].
+    expect(refused.body.error.message).toContain('messages[1]');
+    expect(refused.body.error.message).not.toContain('messages[2]');
+
+    // A refusal of no field (max_tokens past the window): no param, the details keep the field.
+    const tooMany = await kiln.call('POST', '/v1/chat/completions', {
+      body: { model: 'plain', messages: [{ role: 'user', content: 'hi' }], max_tokens: 10_000_000 },
+    });
+    expect(tooMany.status).toBe(400);
+    expect(tooMany.body.error).toMatchObject({ code: 'engine-rejected', param: null });
+  });
+
+  it("a null is no value: stream: null is a sync answer, max_tokens: null keeps the persona's default", async () => {
+    const answered = await kiln.call('POST', '/v1/chat/completions', {
+      body: {
+        model: 'support',
+        messages: [{ role: 'user', content: 'Say something long.' }],
+        stream: null,
+        max_tokens: null,
+      },
+    });
+    expect(answered.status, JSON.stringify(answered.body)).toBe(200);
+    expect(answered.body.object).toBe('chat.completion');
+    expect(answered.body.usage.completion_tokens).toBe(4);
+  });
+
   it('refuses what it cannot do with a clear 4xx', async () => {
     const post = (body: Record<string, unknown>) => kiln.call('POST', '/v1/chat/completions', { body });
     const unknown = await post({ model: 'gpt-17', messages: [{ role: 'user', content: 'hi' }] });

@@ -122,6 +122,11 @@ describe('folding a stream into a completion', () => {
       }),
     );
     expect(tools.result().choices[0]?.message.content).toBeNull();
+    // vLLM opens with an empty content, then streams the calls: still no text, so null.
+    const opened = new CompletionAssembler();
+    opened.add(chunk({ role: 'assistant', content: '' }));
+    opened.add(chunk({ tool_calls: [{ index: 0, id: 'c', function: { name: 'f', arguments: '{}' } }] }));
+    expect(opened.result().choices[0]?.message.content).toBeNull();
   });
 
   it('joins reasoning text and refusals as it joins content, each field where the engine first sent it', () => {

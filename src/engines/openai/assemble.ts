@@ -26,6 +26,12 @@ interface ChoiceState {
   extra: Record<string, unknown>;
 }
 
+/** A choice's content: its text, or null for one that made only tool calls and no text. */
+function contentOf(text: StreamedText | undefined, calls: boolean): string | null {
+  const content = text?.toString() ?? '';
+  return content === '' && calls ? null : content;
+}
+
 /** Delta fields that are text to concatenate, beyond `content`: reasoning models' and refusals. */
 const TEXT_FIELDS: ReadonlySet<string> = new Set(['reasoning_content', 'reasoning', 'refusal']);
 const CHUNK_ONLY = new Set(['id', 'object', 'created', 'model', 'choices', 'usage']);
@@ -156,8 +162,9 @@ export class CompletionAssembler {
           message: {
             ...message,
             ...Object.fromEntries([...texts].map(([key, value]) => [key, value.toString()])),
-            // A choice that produced no text (only tool calls) has null content, as non-streams answer.
-            content: text ? text.toString() : tools.length ? null : '',
+            // A choice that produced no text (only tool calls) has null content, as non-streams answer,
+            // also when its engine streamed an empty `content` first (vLLM's opening chunk).
+            content: contentOf(text, tools.length > 0),
             ...(tools.length
               ? {
                   tool_calls: tools.map(({ index: i, ...call }) => ({
