@@ -9,6 +9,7 @@ import type { JobKind } from '../jobs/kinds.js';
 import { type Route, routeHeader } from '../router/index.js';
 import type { JobRow } from '../store/types.js';
 import type { AppDeps } from './app.js';
+import { inlineImagesBodyLimit } from './media.js';
 import { streamJob } from './stream.js';
 import { submitJob } from './submit.js';
 
@@ -59,7 +60,8 @@ export function chatRoutes(app: FastifyInstance, deps: AppDeps): void {
 
   app.post<{ Body: ChatBody }>(
     '/v1/chat/completions',
-    { schema: { body: ChatBody } },
+    // Images may come inline (`data:` URIs) up to files.max_input_bytes each, as media inputs do.
+    { schema: { body: ChatBody }, bodyLimit: inlineImagesBodyLimit(deps.config.files.max_input_bytes) },
     async (request, reply) => {
       const { model, mode: asked, stream, stream_options, webhook, contexts = [], ...rest } = request.body;
       if (stream === true && asked !== undefined && asked !== 'stream') {

@@ -22,6 +22,13 @@ import { submitJob } from './submit.js';
 const randomSeed = () => Math.floor(Math.random() * 4294967296);
 
 /** POST /v1/videos/transitions, /v1/videos/generations and /v1/images/generations. */
+/**
+ * The body a request with images inline may reach: two of `files.max_input_bytes` as base64 (4/3 of
+ * their size) plus the rest of the body. Media inputs, and images in chat and Responses messages.
+ */
+export const inlineImagesBodyLimit = (maxBytes: number): number =>
+  Math.ceil((maxBytes * 2 * 4) / 3) + 256 * 1024;
+
 export function mediaRoutes(app: FastifyInstance, deps: AppDeps): void {
   const kind = (name: string) => deps.jobs.kinds.get(name) as JobKind;
   const submitDeps = {
@@ -30,8 +37,7 @@ export function mediaRoutes(app: FastifyInstance, deps: AppDeps): void {
     syncTimeoutMs: parseDuration(deps.config.jobs.sync_timeout),
   };
   const maxBytes = deps.config.files.max_input_bytes;
-  // Up to two images inline as base64 (4/3 of their size) plus the rest of the body.
-  const bodyLimit = Math.ceil((maxBytes * 2 * 4) / 3) + 256 * 1024;
+  const bodyLimit = inlineImagesBodyLimit(maxBytes);
   const checkImages = async (refs: Record<string, string | undefined>) => {
     for (const [field, ref] of Object.entries(refs))
       if (ref) await checkImageRef(ref, field, deps.policy, maxBytes);

@@ -2,6 +2,7 @@ import { Type } from '@sinclair/typebox';
 import type { FastifyInstance } from 'fastify';
 import type { AppDeps } from '../api/app.js';
 import { checkModelAndContexts, routeOf } from '../api/chat.js';
+import { inlineImagesBodyLimit } from '../api/media.js';
 import { streamJob } from '../api/stream.js';
 import { checkWebhook, submitJob } from '../api/submit.js';
 import { checkInputImages } from '../chat/images.js';
@@ -76,7 +77,7 @@ export function responseRoutes(app: FastifyInstance, deps: AppDeps): void {
 
   app.post<{ Body: ResponseBody }>(
     '/v1/responses',
-    { schema: { body: ResponseBody } },
+    { schema: { body: ResponseBody }, bodyLimit: inlineImagesBodyLimit(deps.config.files.max_input_bytes) },
     async (request, reply) => {
       const body = request.body;
       const orgId = request.auth.org_id;

@@ -158,6 +158,15 @@ describe('images in chat and Responses requests', () => {
     ]);
   });
 
+  it('a data: image of a few megabytes is taken, as files.max_input_bytes allows, not refused as too large a body', async () => {
+    const bytes = Buffer.concat([Buffer.from('89504e470d0a1a0a', 'hex'), Buffer.alloc(3_000_000, 7)]);
+    const big = `data:image/png;base64,${bytes.toString('base64')}`;
+    const answer = await chat({ url: big });
+    expect(answer.status, JSON.stringify(answer.body).slice(0, 300)).toBe(200);
+    const sent = asked.at(-1)?.messages.at(-1)?.content as Array<{ image_url?: { url: string } }>;
+    expect(sent[1]?.image_url?.url).toBe(big);
+  });
+
   it('a safe https image is fetched by Kiln when the job runs, never handed to the engine', async () => {
     const [connections, engineCalls] = [imageConnections, asked.length];
     const answer = await chat({ url: `https://img.test:${imagePort}/cat.png` });
