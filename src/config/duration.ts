@@ -1,11 +1,22 @@
 import { Type } from '@sinclair/typebox';
 
-/** A config value that is a duration such as 250ms, 5s, 2m, 1h or 7d; `parseDuration` reads it. */
-export function Duration(fallback: string, description: string) {
+/**
+ * The longest duration a timer is given: Node's timers hold at most 2^31 − 1 ms (24.8 days), and
+ * fire at once, after 1 ms, for anything longer.
+ */
+export const TIMER_MAX_MS = 24 * 86_400_000;
+
+/**
+ * A config value that is a duration such as 250ms, 5s, 2m, 1h or 7d; `parseDuration` reads it. One
+ * a timer waits for (most) is at most TIMER_MAX_MS (the `maxMs` keyword, checked by loadConfig);
+ * a retention or a URL's lifetime, only compared with dates, is not (`timer: false`).
+ */
+export function Duration(fallback: string, description: string, { timer = true } = {}) {
   return Type.String({
     default: fallback,
     pattern: '^[0-9]+(ms|s|m|h|d)$',
     allowed: 'a duration such as 250ms, 5s, 2m, 1h or 7d',
+    ...(timer ? { maxMs: TIMER_MAX_MS } : {}),
     description,
   });
 }

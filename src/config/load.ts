@@ -2,8 +2,11 @@ import { existsSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { Ajv, type ErrorObject } from 'ajv';
 import { parse as parseYaml } from 'yaml';
+import { parseDuration } from './duration.js';
 import { fleetProblems } from './fleet.js';
 import { type Config, ConfigSchema } from './schema.js';
+
+const DURATION = /^[0-9]+(ms|s|m|h|d)$/;
 
 /** A configuration that cannot start Kiln; `problems` name each key and what is allowed. */
 export class ConfigError extends Error {
@@ -86,6 +89,8 @@ function describeProblem(error: ErrorObject, sources: Map<string, string>): stri
   if (schema?.anyOf) allowed = `must be one of ${schema.anyOf.map((s) => String(s.const)).join(', ')}`;
   else if (schema?.type === 'integer')
     allowed = `must be an integer${schema.minimum !== undefined ? ` from ${schema.minimum}` : ''}${schema.maximum !== undefined ? ` to ${schema.maximum}` : ''}`;
+  else if (error.keyword === 'maxMs')
+    allowed = "must be a duration of at most 24d (Node's timers hold no more)";
   else if (schema?.pattern) allowed = `must be ${schema.allowed ?? `text matching ${schema.pattern}`}`;
   return `${key}: ${allowed}; got ${JSON.stringify(error.data)}${from}`;
 }
@@ -155,6 +160,13 @@ export function loadConfig(options: LoadOptions = {}): Config & { configFile: st
     setPath(raw, dotted.split('.'), value);
 
   const ajv = new Ajv({ allErrors: true, useDefaults: true, verbose: true, strict: false });
+  // A duration a timer waits for must fit one (Duration's `maxMs`); the pattern is checked beside it.
+  ajv.addKeyword({
+    keyword: 'maxMs',
+    type: 'string',
+    schemaType: 'number',
+    validate: (max: number, text: string) => !DURATION.test(text) || parseDuration(text) <= max,
+  });
   const validate = ajv.compile(ConfigSchema);
   if (!validate(raw)) {
     const errors = validate.errors ?? [];

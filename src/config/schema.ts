@@ -111,6 +111,7 @@ export const ConfigSchema = Type.Object(
         retention: Duration(
           '7d',
           'how long terminal jobs, their results and files are kept (then 410, and 404 once purged)',
+          { timer: false },
         ),
         purge_interval: Duration('30s', 'how often the purge deletes what is past its retention'),
         sync_timeout: Duration('5m', 'longest `Prefer: wait=N` an async submission is answered after'),
@@ -126,7 +127,7 @@ export const ConfigSchema = Type.Object(
           description: 'delays between attempts; after the last, the delivery is failed',
         }),
         timeout: Duration('10s', 'an attempt with no answer by then counts as failed'),
-        retention: Duration('7d', 'how long delivered and abandoned deliveries are kept'),
+        retention: Duration('7d', 'how long delivered and abandoned deliveries are kept', { timer: false }),
         jitter: Type.Number({
           default: 0.2,
           minimum: 0,
@@ -168,7 +169,7 @@ export const ConfigSchema = Type.Object(
           default: '',
           description: 'where produced files are kept; default <data_dir>/files',
         }),
-        url_ttl: Duration('24h', 'how long a signed file URL works'),
+        url_ttl: Duration('24h', 'how long a signed file URL works', { timer: false }),
         max_input_bytes: Type.Integer({
           default: 20 * 1024 * 1024,
           minimum: 1024,

@@ -76,6 +76,47 @@ describe('configuration', () => {
     );
   });
 
+  it('refuses a duration no timer can wait for (past 24 days), and takes a long retention', () => {
+    const problems = problemsOf(() =>
+      loadConfig({
+        env: { KILN_JOBS_PURGE_INTERVAL: '25d' },
+        file: file(
+          'long.yaml',
+          [
+            'shutdown_grace: 30d',
+            'webhooks:',
+            '  retry_schedule: [5s, 2600000000ms]',
+            'engines:',
+            '  e:',
+            '    serves: unique',
+            '    replicas: ["http://127.0.0.1:9"]',
+            '    models: { m: x }',
+            '    timeout: 40d',
+          ].join('\n'),
+        ),
+      }),
+    );
+    expect(problems).toEqual(
+      expect.arrayContaining([
+        `shutdown_grace: must be a duration of at most 24d (Node's timers hold no more); got "30d"`,
+        `jobs.purge_interval: must be a duration of at most 24d (Node's timers hold no more); got "25d" (from KILN_JOBS_PURGE_INTERVAL)`,
+        expect.stringMatching(
+          /^webhooks\.retry_schedule\.1: must be a duration of at most 24d .*"2600000000ms"$/,
+        ),
+        expect.stringMatching(/^engines\.e\.timeout: must be a duration of at most 24d/),
+      ]),
+    );
+    expect(problems).toHaveLength(4);
+    const kept = loadConfig({
+      env: {},
+      file: file(
+        'retain.yaml',
+        ['shutdown_grace: 24d', 'jobs:', '  retention: 400d', 'files:', '  url_ttl: 90d'].join('\n'),
+      ),
+    });
+    expect([kept.shutdown_grace, kept.jobs.retention, kept.files.url_ttl]).toEqual(['24d', '400d', '90d']);
+  });
+
   it('refuses unknown keys, so a typo never passes silently', () => {
     const [problem] = problemsOf(() =>
       loadConfig({ env: {}, file: file('typo.yaml', 'store:\n  ulr: sqlite:x.db\n') }),
