@@ -6,6 +6,9 @@ import type { JobService } from './service.js';
  * requeued while attempts remain, else `failed` with `worker-lost`. Every process with workers runs
  * one; the guarded statements make concurrent sweepers harmless.
  */
+const ORPHANED =
+  'the job was cancelled: the gateway process that ran it and held its stream stopped, and its caller with it';
+
 /** Admissions past every limit's window (a month) are deleted, this many at a time, once an hour. */
 const ADMISSIONS_KEPT_MS = 32 * 86_400_000;
 const PRUNE_EVERY_MS = 3_600_000;
@@ -36,6 +39,20 @@ export class Sweeper {
     this.#busy = true;
     try {
       const now = Date.now();
+      // A stream whose request died with the process that ran it: nobody is left to stream to.
+      for (const { id, org_id } of await this.jobs.store.jobs.orphanedStreams(now, 500)) {
+        await this.jobs.finish(
+          id,
+          { by: 'orphaned', now },
+          {
+            status: 'cancelled',
+            error: { code: 'cancelled', message: ORPHANED },
+            stoppedRunning: true,
+          },
+        );
+        // As for a caller gone: a retry with its Idempotency-Key runs the request again.
+        await this.jobs.store.idempotency.release(org_id, id);
+      }
       const requeued = await this.jobs.store.jobs.requeueLost(now);
       if (requeued > 0) {
         this.log.warn({ requeued }, 'requeued jobs whose worker stopped renewing its lease');

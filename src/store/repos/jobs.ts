@@ -6,7 +6,15 @@ export type FinishGuard =
   | { by: 'worker'; owner: string; attempt: number }
   | { by: 'cancel'; orgId: string }
   | { by: 'queue-ttl'; now: number }
-  | { by: 'lease-lost'; now: number };
+  | { by: 'lease-lost'; now: number }
+  | { by: 'orphaned'; now: number };
+
+/**
+ * A stream job that ran, on its first attempt, in the process that took its request (inserted
+ * already leased to it: started as it was created): with that lease lost, the process died, and
+ * the request waiting for the stream with it. Run again, it would stream for nobody.
+ */
+const ORPHANED_STREAM = `mode = 'stream' AND attempts = 1 AND started_at = created_at`;
 
 const GUARDS: Record<FinishGuard['by'], string> = {
   // The attempt too: a worker whose lease lapsed and that reclaimed the job must not let the old run finish it.
@@ -14,6 +22,7 @@ const GUARDS: Record<FinishGuard['by'], string> = {
   cancel: `status IN ('queued', 'running') AND org_id = ?`,
   'queue-ttl': `status = 'queued' AND queue_deadline <= ?`,
   'lease-lost': `status = 'running' AND lease_expires_at < ? AND attempts >= max_attempts`,
+  orphaned: `status = 'running' AND lease_expires_at < ? AND ${ORPHANED_STREAM}`,
 };
 
 const guardValues = (guard: FinishGuard): unknown[] =>
@@ -400,8 +409,17 @@ export class JobRepository {
     return this.db.run(
       `UPDATE jobs SET status = 'queued', lease_owner = NULL, lease_expires_at = NULL, run_deadline = NULL,
          queue_deadline = ? + (queue_deadline - created_at)
-       WHERE status = 'running' AND lease_expires_at < ? AND attempts < max_attempts`,
+       WHERE status = 'running' AND lease_expires_at < ? AND attempts < max_attempts
+         AND NOT (${ORPHANED_STREAM})`,
       [now, now],
+    );
+  }
+
+  /** Up to `limit` stream jobs whose lease was lost with the process that held their request. */
+  async orphanedStreams(now: number, limit: number): Promise<Array<{ id: string; org_id: string }>> {
+    return this.db.all(
+      `SELECT id, org_id FROM jobs WHERE status = 'running' AND lease_expires_at < ? AND ${ORPHANED_STREAM} LIMIT ?`,
+      [now, limit],
     );
   }
 
