@@ -4,6 +4,10 @@ import { LIMIT_NAMES, LimitsSchema } from '../limits/schema.js';
 /** An organisation's name: what the CLI and the admin API both accept. */
 export const ORG_NAME = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/;
 
+/** A key's label: what the CLI and the admin API both accept (one line, so `kiln keys list` shows it). */
+export const KEY_NAME = /^[^\u0000-\u001f\u007f]{1,200}$/u;
+const KEY_NAME_ALLOWED = '1–200 characters, none of them a control character (tab, newline)';
+
 const OrgName = Type.String({
   pattern: ORG_NAME.source,
   allowed: '1–64 characters of A-Z a-z 0-9 . _ -, starting with a letter or digit',
@@ -37,7 +41,7 @@ export const CreateKeyBody = Type.Object(
     org: OrgName,
     tier: Type.Optional(Tier),
     role: Type.Optional(Role),
-    name: Type.Optional(Type.String({ minLength: 1, maxLength: 200 })),
+    name: Type.Optional(Type.String({ pattern: KEY_NAME.source, description: KEY_NAME_ALLOWED })),
     limits: Type.Optional(LimitsSchema),
   },
   { additionalProperties: false },

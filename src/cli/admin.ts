@@ -1,7 +1,7 @@
 import { existsSync } from 'node:fs';
 import path from 'node:path';
 import { type Command, Option } from 'commander';
-import { ORG_NAME } from '../admin/schemas.js';
+import { KEY_NAME, ORG_NAME } from '../admin/schemas.js';
 import { issueKey } from '../auth/keys.js';
 import { randomBase62 } from '../ids.js';
 import type { Limits } from '../limits/schema.js';
@@ -123,6 +123,10 @@ export function adminCommands(program: Command): void {
         options: { org: string; tier: 'free' | 'standard'; admin?: boolean; name?: string },
         command: Command,
       ) => {
+        if (options.name !== undefined && !KEY_NAME.test(options.name))
+          throw new UsageError(
+            'key names are 1–200 characters, none of them a control character (tab, newline)',
+          );
         const limits = limitChange(options, false) as Limits;
         await withStore(command, async (store) => {
           const org = await store.orgs.byName(options.org);

@@ -405,11 +405,20 @@ describe('kiln orgs / keys on the store, with a gateway on the same store', () =
     expect(afterRevoke.body.error.code).toBe('unauthorized');
   });
 
-  it('refuses an invalid organisation name and a key for an unknown organisation, saying why', async () => {
-    const [badName, noOrg] = await Promise.all([
+  it('refuses an invalid organisation name, an invalid key name and a key for an unknown organisation, saying why', async () => {
+    const [badName, noOrg, ...badKeyNames] = await Promise.all([
       admin(['orgs', 'create', 'no spaces!']),
       admin(['keys', 'create', '--org', 'missing']),
+      ...['', 'x'.repeat(201), 'a\tb\nc'].map((name) =>
+        admin(['keys', 'create', '--org', 'acme', '--name', name]),
+      ),
     ]);
+    for (const refused of badKeyNames) {
+      expect([refused.code, refused.stdout]).toEqual([1, '']);
+      expect(refused.stderr).toBe(
+        'kiln: key names are 1–200 characters, none of them a control character (tab, newline)\n',
+      );
+    }
     expect(badName.code).toBe(1);
     expect(badName.stdout).toBe('');
     expect(badName.stderr).toBe(
