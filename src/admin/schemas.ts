@@ -5,7 +5,7 @@ import { LIMIT_NAMES, LimitsSchema } from '../limits/schema.js';
 export const ORG_NAME = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/;
 
 /** A key's label: what the CLI and the admin API both accept (one line, so `kiln keys list` shows it). */
-export const KEY_NAME = /^[^\u0000-\u001f\u007f]{1,200}$/u;
+export const KEY_NAME = /^\P{Cc}{1,200}$/u;
 const KEY_NAME_ALLOWED = '1–200 characters, none of them a control character (tab, newline)';
 
 const OrgName = Type.String({

@@ -5,7 +5,7 @@ import {
   CONTENT_KEY,
   type ContentShape,
 } from '../engines/types.js';
-import { type HandlerResult, JobFailure, type JobKind, type RunContext } from '../jobs/kinds.js';
+import { JobFailure, type JobKind, type RunContext } from '../jobs/kinds.js';
 import { tokenMeter } from '../limits/meter.js';
 import { EngineError, type Route, type RouteCall, type Router } from '../router/index.js';
 import type { Store } from '../store/index.js';
