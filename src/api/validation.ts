@@ -275,6 +275,30 @@ function namedParams(params: unknown): unknown {
   return { ...rest, id_or_name: ref };
 }
 
+/**
+ * An endpoint that takes no body (a cancel, `/admin/reload`, a DELETE) refuses one with fields: they
+ * would be silently ignored, as unknown fields are nowhere else. No body, or `{}`, is no body.
+ */
+export function refuseBodyWhereNone() {
+  return async function refuseBody(request: FastifyRequest): Promise<void> {
+    const { body } = request;
+    if (body === undefined || request.routeOptions.schema?.body) return;
+    if (body !== null && typeof body === 'object' && !Array.isArray(body) && Object.keys(body).length === 0)
+      return;
+    const fields = body !== null && typeof body === 'object' && !Array.isArray(body) ? Object.keys(body) : [];
+    const message = `${request.method} ${request.routeOptions.url} takes no body`;
+    throw validationError(
+      fields.length > 0
+        ? fields.slice(0, MAX_TEXT_DETAILS).map((field) => ({
+            field,
+            rule: 'unknown-field',
+            message: `unknown field '${field}': ${message}`,
+          }))
+        : [{ field: 'body', rule: 'type', message }],
+    );
+  };
+}
+
 export function refuseUnstorableText() {
   return async function refuseUnstorable(request: FastifyRequest): Promise<void> {
     const details = [

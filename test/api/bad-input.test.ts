@@ -187,6 +187,23 @@ describe('bad input never yields a 500', () => {
     expectEnvelope(await post(''), 400, 'invalid-json');
   });
 
+  it('a route that takes no body refuses one with fields, naming them, rather than ignore them', async () => {
+    const reload = await kiln.call('POST', '/admin/reload', { body: { x: 1 } });
+    expectEnvelope(reload, 400, 'validation-failed');
+    expect(reload.body.error).toMatchObject({
+      param: 'x',
+      message: "unknown field 'x': POST /admin/reload takes no body",
+    });
+    const submitted = await kiln.call('POST', '/v1/test/sleep', { body: { ms: 60_000 } });
+    for (const body of [{ reason: 'done' }, [1], 5]) {
+      const refused = await kiln.call('POST', `/v1/jobs/${submitted.body.id}/cancel`, { body });
+      expectEnvelope(refused, 400, 'validation-failed');
+    }
+    // Refused before anything was done: the job still runs.
+    expect((await kiln.call('GET', `/v1/jobs/${submitted.body.id}`)).body.status).not.toBe('cancelled');
+    expect((await kiln.call('POST', `/v1/jobs/${submitted.body.id}/cancel`)).status).toBe(200);
+  });
+
   it('every error the framework raises itself carries the envelope and param', async () => {
     const cases: Array<[string, Promise<{ status: number; body: any }>, number, string, string | null]> = [
       ['invalid JSON', post('{"name":'), 400, 'invalid-json', 'body'],
