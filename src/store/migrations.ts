@@ -375,6 +375,14 @@ export const migrations: readonly Migration[] = [
  */
 export async function migrate(driver: SqlDriver, through = Number.POSITIVE_INFINITY): Promise<number> {
   await driver.prepareDatabase();
+  const foreign = await foreignTables(driver);
+  if (foreign.length > 0) {
+    const named =
+      foreign.slice(0, 3).join(', ') + (foreign.length > 3 ? `, and ${foreign.length - 3} more` : '');
+    throw new Error(
+      `the database holds tables that are not a Kiln store's (${named}) and no kiln_migrations table: Kiln makes its store only in a new or empty database (store.url, store.schema); nothing was changed`,
+    );
+  }
   await driver.exec(
     'CREATE TABLE IF NOT EXISTS kiln_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at BIGINT NOT NULL)',
   );
@@ -421,6 +429,19 @@ export async function migrate(driver: SqlDriver, through = Number.POSITIVE_INFIN
 export function newerStoreProblem(version: number): string | undefined {
   if (version <= latestVersion()) return undefined;
   return `the store is at schema version ${version}, newer than this Kiln (${VERSION}) knows (${latestVersion()})`;
+}
+
+/**
+ * The tables of a database that has no kiln_migrations table: another application's, which Kiln
+ * must not add its own beside. None for Kiln's own store, and for a new or empty database.
+ */
+async function foreignTables(driver: SqlDriver): Promise<string[]> {
+  const sql =
+    driver.dialect.name === 'sqlite'
+      ? "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\'"
+      : 'SELECT table_name AS name FROM information_schema.tables WHERE table_schema = current_schema()';
+  const names = (await driver.all<{ name: string }>(sql)).map((row) => row.name);
+  return names.includes('kiln_migrations') ? [] : names.sort();
 }
 
 /** Kiln's migrations hold plain DDL, so splitting on `;` at line ends is safe. */
