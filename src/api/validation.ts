@@ -264,7 +264,6 @@ export function unstorableTextDetails(value: unknown, root: string): ErrorDetail
   return details;
 }
 
-/** The preValidation hook that answers 400 `validation-failed` to unstorable text in the query string or the JSON body. */
 /**
  * The path's parameters by the names the API gives them: a wildcard (`/api/v1/contexts/*`, whose
  * names may hold `/`) is the context's `id_or_name`, not `*`.
@@ -299,6 +298,7 @@ export function refuseBodyWhereNone() {
   };
 }
 
+/** The preValidation hook that answers 400 `validation-failed` to unstorable text in the query string or the JSON body. */
 export function refuseUnstorableText() {
   return async function refuseUnstorable(request: FastifyRequest): Promise<void> {
     const details = [

@@ -1,11 +1,6 @@
 import type { Logger } from 'pino';
 import type { JobService } from './service.js';
 
-/**
- * Ends what no worker will: jobs past their queue TTL (`timeout`), and jobs whose worker died —
- * requeued while attempts remain, else `failed` with `worker-lost`. Every process with workers runs
- * one; the guarded statements make concurrent sweepers harmless.
- */
 const ORPHANED =
   'the job was cancelled: the gateway process that ran it and held its stream stopped, and its caller with it';
 
@@ -14,6 +9,12 @@ const ADMISSIONS_KEPT_MS = 32 * 86_400_000;
 const PRUNE_EVERY_MS = 3_600_000;
 const PRUNE_BATCH = 1000;
 
+/**
+ * Ends what no worker will: jobs past their queue TTL (`timeout`), and jobs whose worker died —
+ * requeued while attempts remain, else `failed` with `worker-lost`; a stream that died with the
+ * process holding its request is `cancelled` instead. Every process with workers runs one; the
+ * guarded statements make concurrent sweepers harmless.
+ */
 export class Sweeper {
   #timer: NodeJS.Timeout | undefined;
   #busy = false;
@@ -41,7 +42,7 @@ export class Sweeper {
       const now = Date.now();
       // A stream whose request died with the process that ran it: nobody is left to stream to.
       for (const { id, org_id } of await this.jobs.store.jobs.orphanedStreams(now, 500)) {
-        await this.jobs.finish(
+        const ended = await this.jobs.finish(
           id,
           { by: 'orphaned', now },
           {
@@ -51,7 +52,7 @@ export class Sweeper {
           },
         );
         // As for a caller gone: a retry with its Idempotency-Key runs the request again.
-        await this.jobs.store.idempotency.release(org_id, id);
+        if (ended) await this.jobs.store.idempotency.release(org_id, id);
       }
       const requeued = await this.jobs.store.jobs.requeueLost(now);
       if (requeued > 0) {
