@@ -148,9 +148,18 @@ for (const storeCase of storeCases) {
       const submittedAt = Date.now();
 
       // Kill once a fair share has run, so many jobs are queued and eight are mid-handler.
+      // On a loaded machine the workers may be between jobs at that moment: wait for one mid-handler.
       await waitUntil(
-        () => readSideEffects(world.sideEffects).filter((e) => e.what === 'end').length >= KILL_AFTER_ENDS,
-        { timeoutMs: 20_000, intervalMs: 5, describe: () => `${KILL_AFTER_ENDS} finished handlers` },
+        () => {
+          const effects = readSideEffects(world.sideEffects);
+          const ended = new Set(effects.filter((e) => e.what === 'end').map((e) => e.id));
+          return ended.size >= KILL_AFTER_ENDS && effects.some((e) => e.what === 'start' && !ended.has(e.id));
+        },
+        {
+          timeoutMs: 20_000,
+          intervalMs: 5,
+          describe: () => `${KILL_AFTER_ENDS} finished handlers and one running`,
+        },
       );
       await first.kill('SIGKILL');
       const killedAt = Date.now();
