@@ -29,7 +29,7 @@ import { jobRoutes } from './jobs.js';
 import { mcpRoutes } from './mcp.js';
 import { mediaRoutes } from './media.js';
 import { adminRoutes, modelRoutes } from './models.js';
-import { refuseBodyWhereNone, refuseUnstorableText, validatorCompiler } from './validation.js';
+import { refuseUnstorableText, validatorCompiler } from './validation.js';
 
 export interface AppDeps {
   config: Config;
@@ -121,7 +121,6 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   await app.register(async (api) => {
     // Text one store would refuse or change (NUL, lone surrogates) is refused up front, on both.
     api.addHook('preValidation', refuseUnstorableText());
-    api.addHook('preValidation', refuseBodyWhereNone());
     healthRoutes(api, deps);
     // Open, /metrics needs no key: a scraper then needs no key, nor the store to check one.
     if (deps.config.metrics.open) metricsRoutes(api, deps);

@@ -278,27 +278,26 @@ function namedParams(params: unknown): unknown {
  * An endpoint that takes no body (a cancel, `/admin/reload`, a DELETE) refuses one with fields: they
  * would be silently ignored, as unknown fields are nowhere else. No body, or `{}`, is no body.
  */
-export function refuseBodyWhereNone() {
-  return async function refuseBody(request: FastifyRequest): Promise<void> {
-    const { body } = request;
-    if (body === undefined || request.routeOptions.schema?.body) return;
-    if (body !== null && typeof body === 'object' && !Array.isArray(body) && Object.keys(body).length === 0)
-      return;
-    const fields = body !== null && typeof body === 'object' && !Array.isArray(body) ? Object.keys(body) : [];
-    const message = `${request.method} ${request.routeOptions.url} takes no body`;
-    throw validationError(
-      fields.length > 0
-        ? fields.slice(0, MAX_TEXT_DETAILS).map((field) => ({
-            field,
-            rule: 'unknown-field',
-            message: `unknown field '${field}': ${message}`,
-          }))
-        : [{ field: 'body', rule: 'type', message }],
-    );
-  };
+function bodyWhereNoneDetails(request: FastifyRequest): ErrorDetail[] {
+  const { body } = request;
+  if (body === undefined || request.routeOptions.schema?.body) return [];
+  const object = body !== null && typeof body === 'object' && !Array.isArray(body);
+  const fields = object ? Object.keys(body) : [];
+  if (object && fields.length === 0) return [];
+  const message = `${request.method} ${request.routeOptions.url} takes no body`;
+  return fields.length > 0
+    ? fields.slice(0, MAX_TEXT_DETAILS).map((field) => ({
+        field,
+        rule: 'unknown-field',
+        message: `unknown field '${field}': ${message}`,
+      }))
+    : [{ field: 'body', rule: 'type', message }];
 }
 
-/** The preValidation hook that answers 400 `validation-failed` to unstorable text in the query string or the JSON body. */
+/**
+ * The preValidation hook that answers 400 `validation-failed` to unstorable text in the query string
+ * or the JSON body, and to a body where the endpoint takes none.
+ */
 export function refuseUnstorableText() {
   return async function refuseUnstorable(request: FastifyRequest): Promise<void> {
     const details = [
@@ -308,6 +307,9 @@ export function refuseUnstorableText() {
       ...unstorableTextDetails(request.body, 'body'),
     ];
     if (details.length > 0) throw validationError(details.slice(0, MAX_TEXT_DETAILS));
+    // In the same hook, not one more a request: a body where the endpoint takes none.
+    const unwanted = bodyWhereNoneDetails(request);
+    if (unwanted.length > 0) throw validationError(unwanted);
   };
 }
 
