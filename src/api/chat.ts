@@ -74,6 +74,16 @@ export function chatRoutes(app: FastifyInstance, deps: AppDeps): void {
         ]);
       }
       const mode = asked ?? (stream ? 'stream' : 'sync');
+      // As OpenAI and vLLM answer it: options for a stream on a request that does not stream.
+      if (stream_options != null && mode !== 'stream') {
+        throw validationError([
+          {
+            field: 'stream_options',
+            rule: 'mode',
+            message: 'stream_options apply to a stream: they need stream: true or mode "stream"',
+          },
+        ]);
+      }
       await checkModelAndContexts(deps, request.auth.org_id, model, contexts);
       await checkMessageImages(rest.messages as ChatMessage[], deps.policy);
       const job: ChatJobRequest = {

@@ -242,6 +242,17 @@ describe('chat completions against a simulated fleet', () => {
       messages: [{ role: 'user', content: 'hi' }],
     });
     expect(conflict.status).toBe(400);
+    // Options for a stream on a request that does not stream, as OpenAI refuses them.
+    for (const unstreamed of [{}, { mode: 'async' }, { stream: false }]) {
+      const options = await post({
+        model: 'plain',
+        ...unstreamed,
+        stream_options: { include_usage: true },
+        messages: [{ role: 'user', content: 'hi' }],
+      });
+      expect(options.status).toBe(400);
+      expect(options.body.error.details[0]).toMatchObject({ field: 'stream_options', rule: 'mode' });
+    }
     const noMessages = await post({ model: 'm', messages: [] });
     expect(noMessages.status).toBe(400);
     const badRole = await post({ model: 'm', messages: [{ role: 'wizard', content: 'hi' }] });
