@@ -23,6 +23,9 @@ const RESOURCE_SCHEME = 'kiln-context://';
 /** MCP's JSON-RPC error code for a resource that does not exist. */
 const RESOURCE_NOT_FOUND = -32002;
 
+/** An `etag`: a context's id and version. */
+const VERSION_TAG = '^ctx_[0-9a-f]{32}\\.[1-9][0-9]{0,9}$';
+
 const SaveContextArgs = Type.Object(
   {
     ...SaveContextBody.properties,
@@ -34,7 +37,7 @@ const SaveContextArgs = Type.Object(
     ),
     if_match: Type.Optional(
       Type.String({
-        pattern: '^ctx_[0-9a-f]{32}\\.[1-9][0-9]{0,9}$',
+        pattern: VERSION_TAG,
         description:
           'the `etag` that get_context or save_context answered: replace the context only if it is still that version. Should someone have saved it since, nothing is saved and the call fails with context-changed and the current version: read it again and redo the edit on it',
       }),
@@ -43,7 +46,19 @@ const SaveContextArgs = Type.Object(
   { additionalProperties: false },
 );
 const GetArgs = Type.Object({ id_or_name: ContextRef }, { additionalProperties: false });
-const DeleteArgs = GetArgs;
+const DeleteArgs = Type.Object(
+  {
+    id_or_name: ContextRef,
+    if_match: Type.Optional(
+      Type.String({
+        pattern: VERSION_TAG,
+        description:
+          'the `etag` that get_context or save_context answered: delete the context only if it is still that version. Should someone have saved it since, nothing is deleted and the call fails with context-changed and the current version',
+      }),
+    ),
+  },
+  { additionalProperties: false },
+);
 
 interface Tool<S extends TSchema> {
   description: string;
@@ -121,9 +136,15 @@ const tools = new Map<string, Tool<TSchema>>(
       run: (contexts, args) => contexts.list(args),
     }),
     delete_context: tool({
-      description: 'Delete a context by id (ctx_…) or name.',
+      description:
+        'Delete a context by id (ctx_…) or name. With `if_match` (the `etag` you read it with), only while it is still that version, so that a teammate’s newer version is never deleted unseen.',
       schema: DeleteArgs,
-      run: (contexts, args) => contexts.delete(args.id_or_name),
+      run: (contexts, { id_or_name, if_match }) =>
+        contexts
+          .delete(id_or_name, if_match === undefined ? undefined : `"${if_match}"`)
+          .catch((error: unknown) => {
+            throw asToolRefusal(error);
+          }),
     }),
   }),
 );

@@ -315,6 +315,40 @@ describe('MCP over Streamable HTTP (/mcp)', () => {
     );
   });
 
+  it('with if_match, deletes only the version it read, never a teammate’s newer one', async () => {
+    const mine = await connectHttp(acme);
+    const teammate = await connectHttp(acmeToo);
+    const read = await ok<{ context: ContextRecord; etag: string }>(mine, 'save_context', {
+      name: 'shared/old-plan',
+      content: 'obsolete',
+    });
+    await ok(teammate, 'save_context', { name: 'shared/old-plan', content: 'revived by a teammate' });
+
+    const raw = await callTool(mine, 'delete_context', {
+      id_or_name: 'shared/old-plan',
+      if_match: read.etag,
+    });
+    expect(JSON.parse(textOf(raw))).toMatchObject({
+      error: { code: 'context-changed', param: 'if_match' },
+      context: { id: read.context.id, version: 2, etag: `${read.context.id}.2` },
+    });
+    expect(textOf(raw)).toContain('Nothing was deleted');
+    expect(
+      (await ok<ContextWithContent>(mine, 'get_context', { id_or_name: 'shared/old-plan' })).content,
+    ).toBe('revived by a teammate');
+
+    const refused = await fails(mine, 'delete_context', { id_or_name: 'shared/old-plan', if_match: '*' });
+    expect(refused.details?.[0]).toMatchObject({ field: 'if_match', rule: 'pattern' });
+
+    // The version it read now: deleted, by id as by name.
+    expect(
+      await ok(mine, 'delete_context', { id_or_name: read.context.id, if_match: `${read.context.id}.2` }),
+    ).toEqual({ id: read.context.id, object: 'context', deleted: true });
+    expect(await fails(mine, 'get_context', { id_or_name: 'shared/old-plan' })).toMatchObject({
+      code: 'not-found',
+    });
+  });
+
   it('answers bad tool input with validation-failed and details, not a protocol error', async () => {
     const client = await connectHttp(acme);
     const cases: Array<{ tool: string; args: Record<string, unknown>; field: string; rule: string }> = [
@@ -496,8 +530,13 @@ describe('MCP over stdio (kiln mcp)', () => {
     const overHttp = await connectHttp(acmeToo);
     expect(await ok(overHttp, 'get_context', { id_or_name: 'stdio/schema' })).toMatchObject({ id, content });
 
-    // Deleting through stdio removes it for everyone.
-    await ok(client, 'delete_context', { id_or_name: id });
+    // Deleting through stdio removes it for everyone; with if_match, only the version read.
+    const staleDelete = await callTool(client, 'delete_context', { id_or_name: id, if_match: `${id}.1` });
+    expect(JSON.parse(textOf(staleDelete))).toMatchObject({
+      error: { code: 'context-changed', param: 'if_match' },
+      context: { id, version: 2, etag: `${id}.2` },
+    });
+    await ok(client, 'delete_context', { id_or_name: id, if_match: `${id}.2` });
     expect((await server.call('GET', `/api/v1/contexts/${id}`, { key: acme })).status).toBe(404);
   });
 
