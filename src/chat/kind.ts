@@ -62,15 +62,14 @@ function asJobFailure(error: EngineError): JobFailure {
 }
 
 /**
- * An engine's refusal names messages by their place in what it was sent, where the persona's and
- * the contexts' `before` messages come first: said of the caller's own messages instead.
+ * An engine's refusal names messages by their place in what it was sent (`messages[3]`), where the
+ * persona's and the contexts' messages come first: said instead as `name` calls the caller's own
+ * (undefined: left as the engine said it).
  */
-function ownIndices(failure: unknown, before: number): unknown {
-  if (before === 0 || !(failure instanceof JobFailure) || failure.code !== 'engine-rejected') return failure;
+export function renameMessages(failure: unknown, name: (index: number) => string | undefined): unknown {
+  if (!(failure instanceof JobFailure) || failure.code !== 'engine-rejected') return failure;
   const shift = (text: string) =>
-    text.replace(/\bmessages\[(\d+)\]/g, (whole, n: string) =>
-      Number(n) >= before ? `messages[${Number(n) - before}]` : whole,
-    );
+    text.replace(/\bmessages\[(\d+)\]/g, (whole, n: string) => name(Number(n)) ?? whole);
   const engine = failure.extra.engine_error as Record<string, unknown> | undefined;
   const param = typeof engine?.param === 'string' ? { param: shift(engine.param) } : {};
   const extra = engine ? { ...failure.extra, engine_error: { ...engine, ...param } } : failure.extra;
@@ -309,7 +308,8 @@ export function chatKind(deps: ChatDeps): JobKind<ChatJobRequest> {
             }
           : {}),
       }).catch((failure: unknown) => {
-        throw ownIndices(failure, before.length);
+        const own = before.length;
+        throw renameMessages(failure, (n) => (n >= own ? `messages[${n - own}]` : undefined));
       });
       relay.end();
       return {

@@ -277,16 +277,21 @@ function chatPart(part: Record<string, unknown>): Record<string, unknown> {
 /**
  * Items, in order, as chat messages: a message keeps its role (`developer` becomes `system`, which
  * every engine's template knows), consecutive function calls become one assistant message with
- * `tool_calls`, and each call's output a `tool` message.
+ * `tool_calls`, and each call's output a `tool` message. `origins`, if given, gets the index of the
+ * item each message begins with.
  */
-export function chatMessages(items: readonly Item[]): ChatMessage[] {
+export function chatMessages(items: readonly Item[], origins?: number[]): ChatMessage[] {
   const messages: ChatMessage[] = [];
-  for (const item of items) {
+  for (const [index, item] of items.entries()) {
+    const push = (message: ChatMessage) => {
+      messages.push(message);
+      origins?.push(index);
+    };
     if (item.type === 'message') {
       const parts = item.content as Array<Record<string, unknown>>;
       const role = item.role === 'developer' ? 'system' : (item.role as string);
       const textOnly = parts.every((p) => p.type !== 'input_image');
-      messages.push({
+      push({
         role,
         // Text alone goes as a string: every engine and chat template takes that.
         content: textOnly ? parts.map((p) => chatPart(p).text).join('') : parts.map(chatPart),
@@ -300,13 +305,13 @@ export function chatMessages(items: readonly Item[]): ChatMessage[] {
       // The calls of one turn, and the text before them, are one assistant message.
       const last = messages.at(-1);
       if (last?.role === 'assistant') last.tool_calls = [...((last.tool_calls as unknown[]) ?? []), call];
-      else messages.push({ role: 'assistant', content: null, tool_calls: [call] });
+      else push({ role: 'assistant', content: null, tool_calls: [call] });
     } else if (item.type === 'function_call_output') {
       const output = item.output;
       const content = Array.isArray(output)
         ? output.map((p) => (isObject(p) && typeof p.text === 'string' ? p.text : '')).join('')
         : output;
-      messages.push({ role: 'tool', tool_call_id: item.call_id, content });
+      push({ role: 'tool', tool_call_id: item.call_id, content });
     }
   }
   return messages;

@@ -1,5 +1,5 @@
 import { inlineMessageImages } from '../chat/images.js';
-import { type ChatDeps, chatThroughRouter, preamble } from '../chat/kind.js';
+import { type ChatDeps, chatThroughRouter, preamble, renameMessages } from '../chat/kind.js';
 import { ledgerUnits } from '../chat/usage.js';
 import type { ChatChunk, ChatMessage } from '../engines/types.js';
 import { JobFailure, type JobKind } from '../jobs/kinds.js';
@@ -73,15 +73,19 @@ export function responseKind(deps: ChatDeps): JobKind<ResponseJobRequest> {
       if (!model)
         throw new JobFailure('inference-failed', `no persona or served model named ${request.model}`);
       // Persona and contexts first, then the conversation so far: the prefix every turn shares.
-      const messages: ChatMessage[] = [
+      const before: ChatMessage[] = [
         ...(await preamble(deps.store, job.orgId, { ...request, includeUsage: false, body: {} }, router)),
         ...(request.instructions ? [{ role: 'system', content: request.instructions }] : []),
-        ...(await inlineMessageImages(
-          chatMessages([...(await conversation(deps.store, job.orgId, request.previous)), ...request.input]),
-          deps.images,
-          signal,
-        )),
       ];
+      const earlier = await conversation(deps.store, job.orgId, request.previous);
+      const origins: number[] = [];
+      const own = chatMessages([...earlier, ...request.input], origins);
+      const messages = [...before, ...(await inlineMessageImages(own, deps.images, signal))];
+      // An engine's refusal of a message is said of the input item it came from.
+      const inputItem = (n: number) => {
+        const item = (origins[n - before.length] ?? -1) - earlier.length;
+        return item >= 0 ? `input[${item}]` : undefined;
+      };
       const body = { ...(model.persona?.defaults ?? {}), ...request.chat };
       const base = { id: job.publicId, model: request.model, createdAt: createdAtOf(job.id) };
       const response = (state: Partial<ResponseState>) =>
@@ -128,7 +132,8 @@ export function responseKind(deps: ChatDeps): JobKind<ResponseJobRequest> {
         // The whole log, the last event with it, is in the store before the job is terminal.
         await log?.close();
         return { result, usage: ledgerUnits(completion, messages) };
-      } catch (failure) {
+      } catch (caught) {
+        const failure = renameMessages(caught, inputItem);
         // A stream that has begun ends with `response.failed`; before any output the caller gets an HTTP error.
         if (events?.started && failure instanceof JobFailure && !signal.aborted) {
           events.end(

@@ -10,6 +10,8 @@ import type { TestServer } from '../helpers/server.js';
 import { storeCases } from '../helpers/stores.js';
 import { type ResponsesFleet, startResponsesFleet } from './fleet.js';
 
+const PNG = `data:image/png;base64,${Buffer.from('89504e470d0a1a0a', 'hex').toString('base64')}`;
+
 /** The Responses API over plain HTTP, on every store: one organisation's responses, and refusals. */
 describe.each(storeCases)('the Responses API over HTTP ($name)', (storeCase) => {
   let fleet: ResponsesFleet;
@@ -304,6 +306,37 @@ describe.each(storeCases)('the Responses API over HTTP ($name)', (storeCase) => 
       // Nothing ran: no job, no request to the engine.
       expect((await fleet.kiln.call('GET', '/v1/jobs', { key })).body.data).toEqual([]);
       expect(fleet.quick.stats().requests).toBe(requests);
+    },
+  );
+
+  it.skipIf(storeCase.skip)(
+    "an engine's refusal names the input item at fault, not its message's place in what the engine was sent",
+    async () => {
+      const { key } = await fleet.client();
+      const first = await create(key, { model: 'm', input: 'Say something.', max_output_tokens: 16 });
+      expect(first.status).toBe(200);
+      // Instructions and the earlier turn (its input and its output) go before this input; the
+      // simulated model is text-only and refuses the image, the third part of input[1].
+      const refused = await create(key, {
+        model: 'm',
+        previous_response_id: first.body.id,
+        instructions: 'Be brief.',
+        input: [
+          { role: 'user', content: 'Look.' },
+          {
+            role: 'user',
+            content: [
+              { type: 'input_text', text: 'This ' },
+              { type: 'input_text', text: 'one:' },
+              { type: 'input_image', image_url: PNG },
+            ],
+          },
+        ],
+      });
+      expect(refused.status, JSON.stringify(refused.body)).toBe(400);
+      expect(refused.body.error).toMatchObject({ code: 'engine-rejected', param: 'input[1].content' });
+      expect(refused.body.error.message).toContain('input[1].content[2]');
+      expect(refused.body.error.message).not.toContain('messages[');
     },
   );
 
