@@ -41,8 +41,47 @@ export async function checkMessageImages(
   messages: readonly ChatMessage[],
   policy: OutboundPolicy,
 ): Promise<void> {
+  refuseOtherUrls(messages);
   for (const { part, field } of imageParts(messages, 'messages'))
     await checkImageUrl(urlOf(part), field, policy);
+}
+
+/** A reference an engine would dial: `scheme://…`, or a local `file:` path. `data:` is inline. */
+const DIALLED = /^(?:[a-z][a-z0-9+.-]*:\/\/|file:)/i;
+
+/**
+ * Content parts other than text and images go to the engine as sent, and vLLM and SGLang fetch a
+ * `video_url` or `audio_url` themselves, from inside the GPU network: any such part that names a
+ * URL (at any depth) is refused before a job exists, as an image's `http:` URL is. Inline media
+ * (`data:` URIs, `input_audio`'s base64) passes.
+ */
+function refuseOtherUrls(messages: readonly ChatMessage[]): void {
+  const found = (value: unknown, at: string): string | undefined => {
+    if (typeof value === 'string') return DIALLED.test(value) ? at : undefined;
+    if (typeof value !== 'object' || value === null) return undefined;
+    for (const [key, inner] of Object.entries(value)) {
+      const field = found(inner, Array.isArray(value) ? `${at}[${key}]` : `${at}.${key}`);
+      if (field) return field;
+    }
+    return undefined;
+  };
+  for (const [m, message] of messages.entries()) {
+    const { content } = message as { content?: unknown };
+    if (!Array.isArray(content)) continue;
+    for (const [p, part] of content.entries()) {
+      const type = (part as { type?: unknown } | null)?.type;
+      if (type === 'text' || type === 'refusal' || type === 'image_url') continue;
+      const field = found(part, `messages[${m}].content[${p}]`);
+      if (!field) continue;
+      throw validationError([
+        {
+          field,
+          rule: 'outbound',
+          message: `${field} is a URL the engine would fetch itself, from where Kiln cannot check what it reaches; Kiln fetches image_url parts alone: give this media inline, as a data: URI`,
+        },
+      ]);
+    }
+  }
 }
 
 /** The same for a Responses request's input items: `input_image` parts, named by their own item. */

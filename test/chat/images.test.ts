@@ -126,6 +126,54 @@ describe('images in chat and Responses requests', () => {
     },
   );
 
+  const media = (part: Record<string, unknown>) =>
+    kiln.call('POST', '/v1/chat/completions', {
+      body: { model: 'm', mode: 'async', messages: [{ role: 'user', content: [part] }] },
+    });
+
+  it.each([
+    [
+      'a video_url',
+      { type: 'video_url', video_url: { url: 'http://169.254.169.254/latest/' } },
+      'video_url.url',
+    ],
+    ['an audio_url', { type: 'audio_url', audio_url: { url: 'https://img.test/a.wav' } }, 'audio_url.url'],
+    ['a file by url', { type: 'file', file: { file_url: 'http://127.0.0.1:1/x' } }, 'file.file_url'],
+    ['a local path', { type: 'video_url', video_url: { url: 'file:/etc/passwd' } }, 'video_url.url'],
+    [
+      'a part of no known type',
+      { type: 'x_media', sources: [{ href: 'ftp://10.0.0.5/x' }] },
+      'sources[0].href',
+    ],
+  ])(
+    'chat: %s, which an engine would fetch itself, is refused with a 400 naming it, before any job',
+    async (_, part, at) => {
+      const [jobs, engineCalls] = [await jobCount(), asked.length];
+      const answer = await media(part);
+      expect(answer.status, JSON.stringify(answer.body)).toBe(400);
+      expect(answer.body.error.details[0]).toMatchObject({
+        field: `messages[0].content[0].${at}`,
+        rule: 'outbound',
+      });
+      expect(await jobCount()).toBe(jobs);
+      expect(asked.length).toBe(engineCalls);
+    },
+  );
+
+  it('chat: media given inline, and text that mentions a URL, go to the engine as sent', async () => {
+    const inline = [
+      { type: 'text', text: 'http://169.254.169.254/ is only words here' },
+      { type: 'video_url', video_url: { url: 'data:video/mp4;base64,AAAA' } },
+      { type: 'input_audio', input_audio: { data: 'UklGRg==', format: 'wav' } },
+      { type: 'file', file: { file_data: 'data:application/pdf;base64,JVBERg==', filename: 'a.pdf' } },
+    ];
+    const answer = await kiln.call('POST', '/v1/chat/completions', {
+      body: { model: 'm', messages: [{ role: 'user', content: inline }] },
+    });
+    expect(answer.status, JSON.stringify(answer.body)).toBe(200);
+    expect(asked.at(-1)?.messages.at(-1)?.content).toEqual(inline);
+  });
+
   it('Responses: an input_image at a metadata address is refused the same way, naming its input item', async () => {
     const jobs = await jobCount();
     const answer = await kiln.call('POST', '/v1/responses', {
