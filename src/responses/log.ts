@@ -1,4 +1,4 @@
-import type { ResponseEvent, Store } from '../store/index.js';
+import type { PublishedEvent, Store } from '../store/index.js';
 
 export interface ResponseLogOptions {
   /** How long an event waits for others to share its INSERT. */
@@ -20,7 +20,7 @@ const DEFAULTS: ResponseLogOptions = { flushMs: 50, maxEvents: 64 };
  */
 export class ResponseLog {
   readonly #options: ResponseLogOptions;
-  #pending: ResponseEvent[] = [];
+  #pending: PublishedEvent[] = [];
   #timer: NodeJS.Timeout | undefined;
   #writing: Promise<void> = Promise.resolve();
   #cleared = false;
@@ -37,7 +37,7 @@ export class ResponseLog {
   }
 
   add(seq: number, data: string): void {
-    this.#pending.push({ seq, data });
+    this.#pending.push({ seq, data, at: Date.now() });
     if (this.#pending.length >= this.#options.maxEvents) this.#flush();
     else this.#timer ??= setTimeout(() => this.#flush(), this.#options.flushMs);
   }
@@ -73,7 +73,7 @@ export class ResponseLog {
     this.#writing = this.#writing.then(() => this.#write(batch));
   }
 
-  async #write(batch: ResponseEvent[]): Promise<void> {
+  async #write(batch: PublishedEvent[]): Promise<void> {
     try {
       if (!this.#cleared) {
         await this.store.responseEvents.clear(this.jobId);

@@ -12,6 +12,11 @@ const PAGE = 500;
 /** The first wait for events the writer has published but not stored yet; it doubles up to GAP_MAX_MS. */
 const GAP_FIRST_MS = 25;
 const GAP_MAX_MS = 1000;
+/**
+ * How long after a cancel the log is read for the last time: the run stores the events it published
+ * before the cancel as it stops, which takes it a moment (ResponseLog waits up to 50 ms to batch).
+ */
+const CANCELLED_LOG_MS = 500;
 
 /**
  * `GET /v1/responses/{id}?stream=true&starting_after=N`: a background streaming response's events
@@ -21,7 +26,8 @@ const GAP_MAX_MS = 1000;
  * It listens to the job's events before it reads anything, so whatever happens after the read is
  * heard. A heard event that does not follow the last one written means the writer has not stored
  * the ones between yet (it batches): they are read from the log once there. Once the job is terminal
- * its log is whole (the run stores it before it ends), and the rest comes from there.
+ * its log is whole (the run stores it before it ends; a cancelled run, what it had published, as it
+ * stops), and the rest comes from there.
  */
 export async function resumeStream(
   request: FastifyRequest,
@@ -141,12 +147,13 @@ async function relay(
   let gapMs = GAP_FIRST_MS;
   while (!heard.closed) {
     if (heard.over) {
-      await fromLog(true);
       const job = heard.over === true ? ((await store.jobs.byId(id)) as JobRow) : heard.over;
+      if (job.status === 'cancelled') await sleep((job.finished_at ?? 0) + CANCELLED_LOG_MS - Date.now());
+      await fromLog(true);
       if (last === startingAfter) {
-        // The client has every event the log holds: the end is none after a terminal one. (A cancelled
-        // run's last events may have reached clients live and never the log: the end is numbered
-        // after what the client says it has.)
+        // The client has every event the log holds: the end is none after a terminal one. (Should a
+        // cancelled run's last events have reached clients live and never the log, its process gone
+        // before it stored them, the end is numbered after what the client says it has.)
         const previous = await store.responseEvents.last(id);
         if (previous) format.seen(previous.data);
       }

@@ -20,7 +20,7 @@ import { SqliteDriver } from './sqlite/driver.js';
 
 export type { Channel, SqlDriver } from './driver.js';
 export type { FinishGuard } from './repos/jobs.js';
-export type { ResponseEvent } from './repos/response-events.js';
+export type { PublishedEvent, ResponseEvent } from './repos/response-events.js';
 export * from './types.js';
 
 /** Every repository, over the database or over one transaction of it. */

@@ -5,7 +5,7 @@ import OpenAI from 'openai';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { ResponseLog } from '../../src/responses/log.js';
 import type { LlmSim } from '../../src/sim/llm/server.js';
-import type { ResponseEvent, Store } from '../../src/store/index.js';
+import type { PublishedEvent, Store } from '../../src/store/index.js';
 import { closeAll, engine, simPool } from '../chat/fleet.js';
 import { insertJob } from '../helpers/jobs.js';
 import { expectValidStreamEvent } from '../helpers/openai-schema.js';
@@ -202,6 +202,36 @@ describe.each(storeCases)('resuming a background response stream ($name)', (stor
   );
 
   it.skipIf(storeCase.skip)(
+    'cancelled while a client reads it live, it streams again exactly as that client saw it',
+    async () => {
+      // The cancel comes the moment an event arrives: that event, just published, is still on its
+      // way to the log (which batches), and the cancel ends the job before it gets there.
+      const live: StreamEvent[] = [];
+      let cancelled: Promise<OpenAI.Responses.Response> | undefined;
+      for await (const event of await client.responses.create(ask)) {
+        live.push(event);
+        if (live.length === 10) {
+          const id = (live[0] as OpenAI.Responses.ResponseCreatedEvent).response.id;
+          cancelled = client.responses.cancel(id);
+        }
+      }
+      expect((await cancelled)?.status).toBe('cancelled');
+      expect(live.at(-1)).toMatchObject({ type: 'error', code: 'cancelled' });
+      const id = (live[0] as OpenAI.Responses.ResponseCreatedEvent).response.id;
+
+      const again = await allEvents(
+        await client.responses.retrieve(id, { stream: true, starting_after: -1 }),
+      );
+      const shape = (events: StreamEvent[]) =>
+        events.map((e) => `${e.sequence_number} ${e.type} ${'delta' in e ? e.delta : ''}`);
+      expect(shape(again)).toEqual(shape(live));
+      // A client that had the first events resumes onto the same end.
+      const rest = await allEvents(await client.responses.retrieve(id, { stream: true, starting_after: 8 }));
+      expect(shape(rest)).toEqual(shape(live.slice(9)));
+    },
+  );
+
+  it.skipIf(storeCase.skip)(
     'only a background response created streaming streams again; another organisation’s is not found',
     async () => {
       const foreground = await client.responses.create({ model: 'm', input: 'Hi.', max_output_tokens: 3 });
@@ -313,7 +343,7 @@ describe('the event log writer', () => {
     inserts = [];
     failures = 0;
     const append = store.responseEvents.append.bind(store.responseEvents);
-    store.responseEvents.append = async (id: string, attempt: number, events: readonly ResponseEvent[]) => {
+    store.responseEvents.append = async (id: string, attempt: number, events: readonly PublishedEvent[]) => {
       if (failures > 0) {
         failures--;
         throw new Error('the store is away');

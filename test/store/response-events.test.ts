@@ -23,6 +23,9 @@ for (const storeCase of storeCases) {
         seq: from + i,
         data: `event: response.output_text.delta\ndata: {"delta":"é ${from + i} 🔥","sequence_number":${from + i}}\n\n`,
       }));
+    /** The same events as a run hands them to the log: with when it published them. */
+    const published = (from: number, to: number, at = Date.now()) =>
+      events(from, to).map((event) => ({ ...event, at }));
 
     it('keeps events in order and answers them after a sequence number, a page at a time', async () => {
       const id = await job();
@@ -30,11 +33,11 @@ for (const storeCase of storeCases) {
       expect(await store.responseEvents.last(id)).toBeUndefined();
       expect(await store.responseEvents.after(id, -1, 10)).toEqual([]);
       // Batches of every size a writer makes, out of order, one larger than a statement holds.
-      expect(await store.responseEvents.append(id, 1, events(0, 0))).toBe(1);
-      expect(await store.responseEvents.append(id, 1, events(4, 6))).toBe(3);
-      expect(await store.responseEvents.append(id, 1, events(1, 3))).toBe(3);
-      expect(await store.responseEvents.append(id, 1, events(7, 156))).toBe(150);
-      await store.responseEvents.append(other, 1, events(0, 2));
+      expect(await store.responseEvents.append(id, 1, published(0, 0))).toBe(1);
+      expect(await store.responseEvents.append(id, 1, published(4, 6))).toBe(3);
+      expect(await store.responseEvents.append(id, 1, published(1, 3))).toBe(3);
+      expect(await store.responseEvents.append(id, 1, published(7, 156))).toBe(150);
+      await store.responseEvents.append(other, 1, published(0, 2));
 
       expect(await store.responseEvents.after(id, -1, 1000)).toEqual(events(0, 156));
       expect(await store.responseEvents.after(id, 4, 3)).toEqual(events(5, 7));
@@ -45,41 +48,61 @@ for (const storeCase of storeCases) {
 
     it('an event already logged is kept as it was', async () => {
       const id = await job();
-      await store.responseEvents.append(id, 1, events(0, 2));
-      const again = events(1, 3).map((e) => ({ ...e, data: `${e.data}again` }));
+      await store.responseEvents.append(id, 1, published(0, 2));
+      const again = published(1, 3).map((e) => ({ ...e, data: `${e.data}again` }));
       expect(await store.responseEvents.append(id, 1, again)).toBe(1);
       const logged = await store.responseEvents.after(id, -1, 10);
       expect(logged.map((e) => e.data.endsWith('again'))).toEqual([false, false, false, true]);
     });
 
-    it('only the run that holds the job appends: not a queued job, an earlier attempt, or a cancelled job', async () => {
+    it('only the run that holds the job appends: not a queued job, nor an earlier attempt; once it is cancelled, what it published before the cancel', async () => {
       const queued = await job(false);
-      expect(await store.responseEvents.append(queued, 0, events(0, 1))).toBe(0);
-      expect(await store.responseEvents.append(queued, 1, events(0, 1))).toBe(0);
+      expect(await store.responseEvents.append(queued, 0, published(0, 1))).toBe(0);
+      expect(await store.responseEvents.append(queued, 1, published(0, 1))).toBe(0);
 
       const id = await job();
-      expect(await store.responseEvents.append(id, 2, events(0, 1))).toBe(0);
-      expect(await store.responseEvents.append(id, 1, events(0, 1))).toBe(2);
+      expect(await store.responseEvents.append(id, 2, published(0, 1))).toBe(0);
+      expect(await store.responseEvents.append(id, 1, published(0, 1))).toBe(2);
+      const cancelledAt = Date.now();
       await store.jobs.finish(
         id,
         { by: 'cancel', orgId },
         { status: 'cancelled', error: { code: 'cancelled', message: 'cancelled' } },
-        Date.now(),
+        cancelledAt,
         60_000,
       );
-      expect(await store.responseEvents.append(id, 1, events(2, 3))).toBe(0);
-      expect((await store.responseEvents.after(id, -1, 10)).map((e) => e.seq)).toEqual([0, 1]);
+      // Published before the cancel, still on its way to the log when it came: live readers had it.
+      expect(await store.responseEvents.append(id, 1, published(2, 3, cancelledAt - 5))).toBe(2);
+      // Published after it, by a run that had not heard of it yet: nobody was sent these.
+      expect(await store.responseEvents.append(id, 1, published(4, 5, cancelledAt + 5))).toBe(0);
+      expect(await store.responseEvents.append(id, 2, published(4, 4, cancelledAt - 5))).toBe(0);
+      expect((await store.responseEvents.after(id, -1, 10)).map((e) => e.seq)).toEqual([0, 1, 2, 3]);
       expect((await store.responseEvents.after(queued, -1, 10)).map((e) => e.seq)).toEqual([]);
+
+      // A run given back to the queue, the job then cancelled while queued: that run's events stay out.
+      const released = await job();
+      expect(await store.responseEvents.append(released, 1, published(0, 0))).toBe(1);
+      expect(await store.jobs.release('w1', Date.now())).toBe(1);
+      const later = Date.now();
+      await store.jobs.finish(
+        released,
+        { by: 'cancel', orgId },
+        { status: 'cancelled', error: { code: 'cancelled', message: 'cancelled' } },
+        later,
+        60_000,
+      );
+      expect(await store.responseEvents.append(released, 1, published(1, 1, later - 5))).toBe(0);
+      expect((await store.responseEvents.after(released, -1, 10)).map((e) => e.seq)).toEqual([0]);
     });
 
     it('clearing a log empties it for that job alone', async () => {
       const id = await job();
       const other = await job();
-      await store.responseEvents.append(id, 1, events(0, 4));
-      await store.responseEvents.append(other, 1, events(0, 1));
+      await store.responseEvents.append(id, 1, published(0, 4));
+      await store.responseEvents.append(other, 1, published(0, 1));
       expect(await store.responseEvents.clear(id)).toBe(5);
       expect(await store.responseEvents.last(id)).toBeUndefined();
-      expect(await store.responseEvents.append(id, 1, events(0, 0))).toBe(1);
+      expect(await store.responseEvents.append(id, 1, published(0, 0))).toBe(1);
       expect((await store.responseEvents.after(other, -1, 10)).map((e) => e.seq)).toEqual([0, 1]);
     });
   });

@@ -6,15 +6,20 @@ export interface ResponseEvent {
   data: string;
 }
 
+/** An event on its way to the log, with when its run published it (Unix ms). */
+export interface PublishedEvent extends ResponseEvent {
+  at: number;
+}
+
 /** Events one INSERT carries at most. */
 const MAX_ROWS = 64;
 
 /**
- * `rows` rows of VALUES, the seq cast so PostgreSQL types the column; NULL rows pad a batch to a
- * power of two, so there are seven statement texts to prepare rather than one per batch size.
+ * `rows` rows of VALUES, seq and time cast so PostgreSQL types the columns; NULL rows pad a batch to
+ * a power of two, so there are seven statement texts to prepare rather than one per batch size.
  */
 function valuesOf(rows: number): string {
-  return Array.from({ length: rows }, () => '(CAST(? AS INTEGER), ?)').join(', ');
+  return Array.from({ length: rows }, () => '(CAST(? AS INTEGER), ?, CAST(? AS BIGINT))').join(', ');
 }
 
 /**
@@ -27,23 +32,26 @@ export class ResponseEventRepository {
 
   /**
    * Appends events of run `attempt` of the job, in one statement per MAX_ROWS events, while that
-   * run still holds the job: a cancelled job, or one another run has taken, keeps its log as it is.
-   * An event already there is kept. Answers how many were added.
+   * run still holds the job, or once it was cancelled while running (its run_deadline, which a run
+   * given back to the queue loses, still set) those it published before the cancel: what live
+   * readers were sent. One another run has taken keeps its log as it is. An event already there is
+   * kept. Answers how many were added.
    */
-  async append(jobId: string, attempt: number, events: readonly ResponseEvent[]): Promise<number> {
+  async append(jobId: string, attempt: number, events: readonly PublishedEvent[]): Promise<number> {
     let added = 0;
-    for (let at = 0; at < events.length; at += MAX_ROWS) {
-      const batch = events.slice(at, at + MAX_ROWS);
+    for (let from = 0; from < events.length; from += MAX_ROWS) {
+      const batch = events.slice(from, from + MAX_ROWS);
       const rows = 2 ** Math.ceil(Math.log2(batch.length));
       const params: unknown[] = [jobId];
-      for (const event of batch) params.push(event.seq, event.data);
-      for (let pad = batch.length; pad < rows; pad++) params.push(null, null);
+      for (const event of batch) params.push(event.seq, event.data, event.at);
+      for (let pad = batch.length; pad < rows; pad++) params.push(null, null, null);
       params.push(jobId, attempt);
       added += await this.db.run(
         `INSERT INTO response_events (job_id, seq, data)
          SELECT ?, v.column1, v.column2 FROM (VALUES ${valuesOf(rows)}) AS v
          WHERE v.column1 IS NOT NULL
-           AND EXISTS (SELECT 1 FROM jobs WHERE id = ? AND status = 'running' AND attempts = ?)
+           AND EXISTS (SELECT 1 FROM jobs WHERE id = ? AND attempts = ? AND (status = 'running'
+             OR (status = 'cancelled' AND run_deadline IS NOT NULL AND v.column3 <= finished_at)))
          ON CONFLICT (job_id, seq) DO NOTHING`,
         params,
       );
