@@ -8,6 +8,7 @@ import type { Webhook } from '../jobs/schemas.js';
 import { isTerminal, type JobService } from '../jobs/service.js';
 import { rateHeaders } from '../limits/refusal.js';
 import type { JobRow } from '../store/types.js';
+import { whenClientGoes } from './gone.js';
 import { idempotencyKeyOf, jobError, stillRunning } from './submit.js';
 
 /** How long a stream whose job the store shows ended still waits for that job's last events. */
@@ -116,6 +117,7 @@ export async function streamJob(
   const off = jobs.events.on(id, (event) => deliver(event));
   let finished = false;
   let stopWatching: () => void = () => undefined;
+  let stopWatchingClient: () => void = () => undefined;
   try {
     const {
       job: submitted,
@@ -147,8 +149,7 @@ export async function streamJob(
       if (mode === 'stream' && !finished && !reply.raw.writableFinished)
         void jobs.abandon(request.auth.org_id, id).catch(() => undefined);
     };
-    reply.raw.once('close', gone);
-    if (reply.raw.destroyed) gone();
+    stopWatchingClient = whenClientGoes(request, reply, gone);
     // Wait for the first output (or the end): a failure before any token is still an ordinary HTTP
     // error, and the route in the headers is the one that produced the output, after any retries.
     const first = await new Promise<JobEvent>((resolve) => {
@@ -202,6 +203,7 @@ export async function streamJob(
     });
   } finally {
     stopWatching();
+    stopWatchingClient();
     off();
   }
 }

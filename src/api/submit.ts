@@ -8,6 +8,7 @@ import { isTerminal, type JobService } from '../jobs/service.js';
 import { rateHeaders } from '../limits/refusal.js';
 import type { OutboundPolicy } from '../net/policy.js';
 import type { JobMode, JobRow } from '../store/types.js';
+import { whenClientGoes } from './gone.js';
 
 export interface SubmitDeps {
   jobs: JobService;
@@ -150,6 +151,7 @@ export async function submitJob(
     throw stillRunning(options.kind, job, 'request');
   }
   let waitMs: number;
+  let stopWatchingClient: () => void = () => undefined;
   if (wait !== undefined) {
     waitMs = Math.min(wait * 1000, deps.syncTimeoutMs);
     reply.header('preference-applied', `wait=${Math.floor(waitMs / 1000)}`);
@@ -161,11 +163,12 @@ export async function submitJob(
         void deps.jobs.abandon(orgId, job.id).catch(() => undefined);
       }
     };
-    reply.raw.once('close', gone);
     // A caller that left while the job was being recorded closed before there was a listener.
-    if (reply.raw.destroyed) gone();
+    stopWatchingClient = whenClientGoes(request, reply, gone);
   }
-  const done = await deps.jobs.waitForTerminal(job.id, waitMs, undefined, replayed ? undefined : job);
+  const done = await deps.jobs
+    .waitForTerminal(job.id, waitMs, undefined, replayed ? undefined : job)
+    .finally(stopWatchingClient);
   if (!isTerminal(done.status)) return accepted();
   reply.headers(options.headers?.(done) ?? {});
   // The result as it was stored: JSON already, sent without another parse and serialisation. A
