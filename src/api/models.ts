@@ -1,4 +1,4 @@
-import type { FastifyInstance } from 'fastify';
+import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { ConfigError } from '../config/load.js';
 import { KilnError } from '../errors.js';
 import type { AppDeps } from './app.js';
@@ -40,9 +40,12 @@ export function modelRoutes(app: FastifyInstance, deps: AppDeps): void {
 
 /** POST /admin/reload: re-read kiln.yaml's engines, personas, routing, limits and runners (admin keys only). */
 export function adminRoutes(app: FastifyInstance, deps: AppDeps): void {
-  app.post('/admin/reload', async (request) => {
+  // The role before the body is read or checked: a member key learns nothing of what it would take.
+  const adminOnly = async (request: FastifyRequest) => {
     if (request.auth.role !== 'admin')
       throw new KilnError('forbidden', 'reloading the configuration needs an admin key');
+  };
+  app.post('/admin/reload', { onRequest: adminOnly }, async () => {
     try {
       await deps.runtime.reload();
     } catch (error) {

@@ -215,6 +215,8 @@ describe('chat under load and faults', () => {
     writeFileSync(file, fleet('second', second));
     const member = await server.key('default');
     expect((await server.call('POST', '/admin/reload', { key: member })).status).toBe(403);
+    // A body changes nothing: the role is checked before it is read.
+    expect((await server.call('POST', '/admin/reload', { key: member, body: { a: 1 } })).status).toBe(403);
     const reloaded = await server.call('POST', '/admin/reload');
     expect(reloaded.status).toBe(200);
     expect((await ask()).headers.get('x-kiln-route')).toMatch(/engine=second/);
