@@ -55,10 +55,10 @@ export function toKilnError(error: FastifyError | KilnError | Error): KilnError 
   const known = fastify.code ? fastifyCodes[fastify.code] : undefined;
   if (known) {
     const field = known.code === 'invalid-json' ? 'body' : known.code === 'validation-failed' ? 'path' : '';
+    // Fastify's words for a path quote the whole URL, its query's signature or token too: not echoed.
+    const said = field === 'path' ? (known.message ?? fastify.message) : fastify.message;
     return new KilnError(known.code, known.message ?? fastify.message, {
-      details: field
-        ? [{ field, rule: field === 'body' ? 'json' : 'request', message: fastify.message }]
-        : undefined,
+      details: field ? [{ field, rule: field === 'body' ? 'json' : 'request', message: said }] : undefined,
     });
   }
   const status = statusCode(fastify);

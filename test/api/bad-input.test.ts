@@ -247,6 +247,11 @@ describe('bad input never yields a 500', () => {
       expectEnvelope(answer, status, code);
       expect(answer.body.error.param, label).toBe(param);
     }
+    // A path that does not decode is not quoted back: a signed URL's signature stays out of the body.
+    const signed = await kiln.call('GET', '/v1/files/%E0%A4%A/content?expires=1&signature=s3cr3t');
+    expectEnvelope(signed, 400, 'validation-failed');
+    expect(JSON.stringify(signed.body)).not.toContain('s3cr3t');
+    expect(signed.body.error.details[0].message).toBe('the request path is not validly percent-encoded');
   });
 
   it('requests Node refuses before routing still get the envelope', async () => {
