@@ -80,6 +80,8 @@ export interface LocalWorker {
   reserve(): LocalSlot | undefined;
   /** Events a stream job running here has published so far; undefined for any other job. */
   published(id: string): number | undefined;
+  /** What a job running here has recorded so far (its route), which its end would store. */
+  recorded(id: string): Record<string, unknown> | undefined;
 }
 
 /** Raised inside the submit transaction when a concurrent twin bound the idempotency key first. */
@@ -313,6 +315,8 @@ export class JobService {
     const job = await this.get(orgId, publicId);
     const running = job.status === 'running';
     const relayed = running ? this.#localWorker?.published(job.id) : undefined;
+    // Its run's end will find the job over and store nothing: what it recorded goes with the cancel.
+    const meta = running ? this.#localWorker?.recorded(job.id) : undefined;
     const cancelled = await this.finish(
       job.id,
       { by: 'cancel', orgId },
@@ -324,6 +328,7 @@ export class JobService {
         error: { code: 'cancelled', message: why },
         stoppedRunning: running,
         ...(relayed === undefined ? {} : { relayed }),
+        ...(meta ? { meta } : {}),
       },
     );
     if (cancelled) {

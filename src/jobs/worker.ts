@@ -25,6 +25,8 @@ interface Running {
   done: Promise<void>;
   /** Events the run published to its stream so far. */
   published: () => number;
+  /** What the run recorded so far (its route), stored with its end. */
+  recorded: Record<string, unknown>;
 }
 
 /**
@@ -60,6 +62,12 @@ export class Worker {
   published(id: string): number | undefined {
     const running = this.#running.get(id);
     return running?.job.mode === 'stream' ? running.published() : undefined;
+  }
+
+  /** What a job running here has recorded so far, when it has recorded anything. */
+  recorded(id: string): Record<string, unknown> | undefined {
+    const recorded = this.#running.get(id)?.recorded;
+    return recorded && Object.keys(recorded).length > 0 ? { ...recorded } : undefined;
   }
 
   /**
@@ -192,7 +200,13 @@ export class Worker {
    */
   #start(job: JobRow, request?: unknown): void {
     const controller = new AbortController();
-    const running: Running = { job, controller, done: Promise.resolve(), published: () => 0 };
+    const running: Running = {
+      job,
+      controller,
+      done: Promise.resolve(),
+      published: () => 0,
+      recorded: {},
+    };
     // A run of this job still here lost its lease (the job went back to the queue): it stops.
     this.#running.get(job.id)?.controller.abort('lease-lost' satisfies StopReason);
     this.#running.set(job.id, running);
@@ -251,7 +265,7 @@ export class Worker {
       () => controller.abort('run-limit' satisfies StopReason),
       Math.max(0, (job.run_deadline ?? Date.now()) - Date.now()),
     );
-    const recorded: Record<string, unknown> = {};
+    const { recorded } = running;
     // A stream's output and route go only where its request waits: this process, if it submitted the job.
     const events = this.jobs.events;
     // Counted in this closure's own context, which every event reads anyway: no other object a chunk.

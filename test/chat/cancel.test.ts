@@ -112,7 +112,11 @@ describe.each<FlavorName>(['vllm', 'llama.cpp'])('cancellation reaches a %s engi
     const generated = await expectStopped(before);
     expect(generated).toBeGreaterThanOrEqual(20);
     expect(generated).toBeLessThan(MAX / 2);
-    expect((await settled(key)).status).toBe('cancelled');
+    const job = await settled(key);
+    expect(job.status).toBe('cancelled');
+    // Where it ran is kept, though its run never ended by itself.
+    const details = await kiln.call('GET', `/api/v1/jobs/${job.id}/details`, { key });
+    expect(details.body.route?.route).toMatchObject({ engine: 'pool', replica: 0 });
   });
 
   it('an async job cancelled mid-generation with POST /v1/jobs/{id}/cancel stops the replica', async () => {
