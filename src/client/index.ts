@@ -431,8 +431,10 @@ export class KilnClient {
     };
 
     this.models = {
+      // An engine answers /v1/models too, in OpenAI's shape: Kiln's list says each model's kind
+      // and readiness, which tells a gateway from an engine's address given by mistake.
       list: async () =>
-        (await this.#call<{ object: 'list'; data: Model[] }>(['list'], 'GET', '/v1/models')).data,
+        (await this.#call<{ object: 'list'; data: Model[] }>(isModelList, 'GET', '/v1/models')).data,
     };
 
     this.videos = {
@@ -605,6 +607,13 @@ export class KilnClient {
     return { status: response.status, data: data as T };
   }
 }
+
+const isModelList = (answer: Record<string, unknown>): boolean =>
+  answer.object === 'list' &&
+  Array.isArray(answer.data) &&
+  answer.data.every(
+    (m: Partial<Model> | null) => typeof m?.kind === 'string' && typeof m.ready === 'boolean',
+  );
 
 /** What an answer must be: one of these `object`s, or what a test says. */
 type AnswerShape = readonly string[] | ((answer: Record<string, unknown>) => boolean);

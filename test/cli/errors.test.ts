@@ -220,13 +220,18 @@ describe('CLI: something other than a Kiln gateway answered', () => {
   );
 });
 
+const ENGINE_MODEL = { id: 'sim-llama-3-8b', object: 'model', created: 1, owned_by: 'vllm' };
+
 describe('CLI: another service answers JSON objects of its own', () => {
   let other: Server;
   let base: string;
   beforeAll(async () => {
-    other = createServer((_request, response) => {
+    other = createServer((request, response) => {
       response.writeHead(200, { 'content-type': 'application/json' });
-      response.end('{"ok":true}');
+      // An engine's model list, as vLLM answers it: OpenAI's shape, without Kiln's kind and ready.
+      if (request.url === '/v1/models')
+        response.end(JSON.stringify({ object: 'list', data: [ENGINE_MODEL] }));
+      else response.end('{"ok":true}');
     });
     await new Promise<void>((resolve) => other.listen(0, '127.0.0.1', resolve));
     base = `http://127.0.0.1:${(other.address() as AddressInfo).port}`;
@@ -251,6 +256,17 @@ describe('CLI: another service answers JSON objects of its own', () => {
     expect(result.stderr).toContain(
       `kiln: invalid-answer (HTTP 200): ${base}${route.split('?')[0]} answered 200 with application/json ({"ok":true}), not a Kiln gateway's JSON\n`,
     );
+  });
+
+  it("kiln chat --list against an engine's model list (no kind, no readiness) says it is not Kiln's", async () => {
+    const result = await run(['chat', '--list'], {
+      env: { KILN_BASE_URL: base, KILN_API_KEY: 'kiln_sk_any' },
+    });
+    expect([result.code, result.stdout]).toEqual([1, '']);
+    expect(result.stderr).toContain(`kiln: invalid-answer (HTTP 200): ${base}/v1/models answered 200`);
+    expect(result.stderr).toContain('check that KILN_BASE_URL is the gateway');
+    expect(result.stderr).not.toContain('TypeError');
+    expect(result.stderr).not.toContain('padEnd');
   });
 });
 
