@@ -1,6 +1,6 @@
 import type { ServerResponse } from 'node:http';
 import type { FastifyReply, FastifyRequest } from 'fastify';
-import type { KilnError } from '../errors.js';
+import { KilnError } from '../errors.js';
 import { uuidv7 } from '../ids.js';
 import type { JobEvent } from '../jobs/events.js';
 import type { JobKind } from '../jobs/kinds.js';
@@ -83,6 +83,9 @@ export interface StreamOptions {
    */
   replay?: (job: JobRow) => string;
 }
+
+const RUN_LOST =
+  'the process running this stream stopped after the answer began; a stream cannot take up the answer of the run that replaces it: send the request again';
 
 /** How a stream frames its job's parts, and what it writes once the job is over. */
 export interface StreamFormat {
@@ -182,9 +185,26 @@ export async function streamJob(
     const out = new EventWriter(raw, request, options.maxUnsentBytes);
     await new Promise<void>((resolve) => {
       let ending = false;
+      /** The run whose output this stream relays: the first to send any. */
+      let run: number | undefined;
       const write = (event: JobEvent) => {
         if (ending) return;
-        if (event.t === 'part') out.write(format.part(event.data));
+        if (event.t === 'part') {
+          if (run !== undefined && event.a !== run) {
+            // The process running the job stopped after its output began, and another runs it
+            // again: its answer would start over mid-stream. The stream ends as a failure does.
+            ending = true;
+            finished = true;
+            if (mode === 'stream')
+              void jobs.abandon(request.auth.org_id, id, RUN_LOST).catch(() => undefined);
+            out.write(format.end(submitted, new KilnError('worker-lost', RUN_LOST)));
+            out.end();
+            resolve();
+            return;
+          }
+          run = event.a;
+          out.write(format.part(event.data));
+        }
         if (event.t !== 'done') return;
         ending = true;
         void (event.job ? Promise.resolve(event.job) : jobs.store.jobs.byId(id)).then((job) => {

@@ -6,13 +6,16 @@ export type JobEvent =
   /** `job` travels only within the process that finished it; other processes read the store. */
   | { t: 'done'; id: string; job?: JobRow }
   | { t: 'cancel'; id: string }
-  /** One piece of a stream's output: the JSON text of one server-sent event's data. */
-  | { t: 'part'; id: string; data: string }
+  /**
+   * One piece of a stream's output: the JSON text of one server-sent event's data, and the run
+   * (the job's attempt) that produced it.
+   */
+  | { t: 'part'; id: string; data: string; a: number }
   | { t: 'meta'; id: string; meta: Record<string, unknown> }
   | { t: 'progress'; id: string; progress: number };
 
 /** A part too long for one notification travels in pieces; `more` marks all but the last. */
-type Shared = Exclude<JobEvent, { t: 'part' }> | { t: 'part'; id: string; data: string; more?: 1 };
+type Shared = Exclude<JobEvent, { t: 'part' }> | { t: 'part'; id: string; data: string; a: number; more?: 1 };
 
 const CHANNEL = 'kiln_job_events';
 /** PostgreSQL refuses a NOTIFY payload of 8000 bytes or more. */
@@ -126,7 +129,8 @@ export class JobEvents {
       return;
     }
     if (waiting) this.#pieces.delete(event.id);
-    this.#emit({ t: 'part', id: event.id, data: waiting ? waiting.join('') + event.data : event.data });
+    const data = waiting ? waiting.join('') + event.data : event.data;
+    this.#emit({ t: 'part', id: event.id, data, a: event.a });
   }
 
   #emit(event: JobEvent): void {
@@ -145,15 +149,15 @@ const envelope = (events: string[]) => `{"o":${JSON.stringify(ORIGIN)},"e":[${ev
 
 /** A part as notifications can carry it: whole, or in pieces of MAX_PART_UNITS. */
 function pieces(event: Extract<JobEvent, { t: 'part' }>): Shared[] {
-  const { id, data } = event;
-  if (data.length <= MAX_PART_UNITS) return [{ t: 'part', id, data }];
+  const { id, data, a } = event;
+  if (data.length <= MAX_PART_UNITS) return [{ t: 'part', id, data, a }];
   const out: Shared[] = [];
   for (let at = 0; at < data.length; at += MAX_PART_UNITS) {
     const end = at + MAX_PART_UNITS;
     out.push(
       end < data.length
-        ? { t: 'part', id, data: data.slice(at, end), more: 1 }
-        : { t: 'part', id, data: data.slice(at) },
+        ? { t: 'part', id, data: data.slice(at, end), a, more: 1 }
+        : { t: 'part', id, data: data.slice(at), a },
     );
   }
   return out;

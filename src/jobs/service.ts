@@ -348,9 +348,9 @@ export class JobService {
    * the request again rather than being told it was cancelled. A job that ended first keeps its
    * key, and a retry gets its answer.
    */
-  async abandon(orgId: string, id: string): Promise<void> {
+  async abandon(orgId: string, id: string, why = ABANDONED): Promise<void> {
     try {
-      await this.cancel(orgId, id, ABANDONED);
+      await this.cancel(orgId, id, why);
     } catch {
       return;
     }

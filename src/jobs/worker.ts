@@ -289,7 +289,7 @@ export class Worker {
       },
       publish: (data) => {
         parts++;
-        tell({ t: 'part', id: job.id, data });
+        tell({ t: 'part', id: job.id, data, a: job.attempts });
       },
       record: async (meta) => {
         // Waiting requests hear it now (a stream's headers carry the route); the store gets it with the outcome.

@@ -67,12 +67,12 @@ describe('job events within one process (sqlite)', () => {
     const parts = streamParts();
     try {
       for (const [i, data] of parts.entries()) {
-        events.publish({ t: 'part', id, data });
+        events.publish({ t: 'part', id, data, a: 1 });
         // Delivered before publish returns: a stream relays it in the same turn.
         expect(heard).toHaveLength(i + 1);
       }
       events.publish({ t: 'meta', id, meta: { route: 'r' } });
-      events.publishLocal({ t: 'part', id, data: 'local' });
+      events.publishLocal({ t: 'part', id, data: 'local', a: 1 });
       events.publish({ t: 'done', id });
       expect(heard.map((e) => (e.t === 'part' ? e.data : e.t))).toEqual([...parts, 'meta', 'local', 'done']);
       // '*' hears every job's events but parts.
@@ -83,8 +83,8 @@ describe('job events within one process (sqlite)', () => {
       await close();
     }
     // Even with the store gone, publishing is an in-process call that cannot fail.
-    expect(() => events.publish({ t: 'part', id, data: 'after close' })).not.toThrow();
-    expect(heard.at(-1)).toEqual({ t: 'part', id, data: 'after close' });
+    expect(() => events.publish({ t: 'part', id, data: 'after close', a: 1 })).not.toThrow();
+    expect(heard.at(-1)).toEqual({ t: 'part', id, data: 'after close', a: 1 });
   });
 });
 
@@ -140,12 +140,12 @@ describe.skipIf(postgres.skip)(`job events across processes: ${caseTitle(postgre
     const expected: string[] = [];
     const expectedOther: string[] = [];
     parts.forEach((data, i) => {
-      plan.push({ op: 'publish', event: { t: 'part', id: job, data } });
+      plan.push({ op: 'publish', event: { t: 'part', id: job, data, a: 1 } });
       expected.push(data);
       // Another job's events interleaved, a meta and a progress among the parts.
       if (i % 50 === 10) {
         const data = chunk(`other job ${i}`);
-        plan.push({ op: 'publish', event: { t: 'part', id: other, data } });
+        plan.push({ op: 'publish', event: { t: 'part', id: other, data, a: 1 } });
         expectedOther.push(data);
       }
       if (i === 0) {
@@ -213,17 +213,17 @@ describe.skipIf(postgres.skip)(`job events across processes: ${caseTitle(postgre
   it('a part published with publishLocal never leaves its process', async () => {
     const job = uuidv7();
     const plan: PlanStep[] = [
-      { op: 'publishLocal', event: { t: 'part', id: job, data: chunk('local before') } },
-      { op: 'publish', event: { t: 'part', id: job, data: chunk('shared 1') } },
-      { op: 'publishLocal', event: { t: 'part', id: job, data: chunk('local in the same batch') } },
-      { op: 'publish', event: { t: 'part', id: job, data: chunk('shared 2') } },
+      { op: 'publishLocal', event: { t: 'part', id: job, data: chunk('local before'), a: 1 } },
+      { op: 'publish', event: { t: 'part', id: job, data: chunk('shared 1'), a: 1 } },
+      { op: 'publishLocal', event: { t: 'part', id: job, data: chunk('local in the same batch'), a: 1 } },
+      { op: 'publish', event: { t: 'part', id: job, data: chunk('shared 2'), a: 1 } },
       { op: 'pause', ms: 20 },
-      { op: 'publishLocal', event: { t: 'part', id: job, data: `{"c":"${'l'.repeat(6000)}"}` } },
+      { op: 'publishLocal', event: { t: 'part', id: job, data: `{"c":"${'l'.repeat(6000)}"}`, a: 1 } },
       { op: 'pause', ms: 0 },
-      { op: 'publish', event: { t: 'part', id: job, data: chunk('shared 3') } },
-      { op: 'publishLocal', event: { t: 'part', id: job, data: chunk('local after') } },
+      { op: 'publish', event: { t: 'part', id: job, data: chunk('shared 3'), a: 1 } },
+      { op: 'publishLocal', event: { t: 'part', id: job, data: chunk('local after'), a: 1 } },
       { op: 'publish', event: { t: 'done', id: job } },
-      { op: 'publishLocal', event: { t: 'part', id: job, data: chunk('local after done') } },
+      { op: 'publishLocal', event: { t: 'part', id: job, data: chunk('local after done'), a: 1 } },
     ];
     const heard: JobEvent[] = [];
     events.on(job, (event) => heard.push(event));
@@ -260,7 +260,7 @@ describe.skipIf(postgres.skip)(`job events across processes: ${caseTitle(postgre
     local.on(id, (event) => heard.push(event.t));
     await gone.close();
     expect(() => {
-      local.publish({ t: 'part', id, data: chunk('x') });
+      local.publish({ t: 'part', id, data: chunk('x'), a: 1 });
       local.publish({ t: 'done', id });
     }).not.toThrow();
     // Still delivered in this process; the failed notification is dropped, not an unhandled rejection.
