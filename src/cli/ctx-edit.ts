@@ -133,6 +133,7 @@ export function ctxEditCommand(ctx: Command): void {
           `  your edit is kept in ${file}`,
           ...(theirs
             ? [
+                `  compare it with version ${theirs.version}: kiln ctx get '${name}' --stdout | diff - '${file}'`,
                 `  to edit version ${theirs.version} instead, run kiln ctx edit '${name}' again and bring your change over,`,
                 `  or replace version ${theirs.version} with yours: kiln ctx save --name '${name}' --file '${file}' --if-version ${theirs.version}`,
               ]

@@ -155,7 +155,8 @@ describe('kiln ctx edit', () => {
     expect(kept.startsWith(editTmp)).toBe(true);
     expect(readFileSync(kept, 'utf8')).toBe('my v2\n');
     expect(result.stderr).toContain(
-      "to edit version 2 instead, run kiln ctx edit 'shared/spec' again and bring your change over,\n" +
+      `  compare it with version 2: kiln ctx get 'shared/spec' --stdout | diff - '${kept}'\n` +
+        "  to edit version 2 instead, run kiln ctx edit 'shared/spec' again and bring your change over,\n" +
         `  or replace version 2 with yours: kiln ctx save --name 'shared/spec' --file '${kept}' --if-version 2\n`,
     );
     // The teammate's version stands.
