@@ -20,14 +20,20 @@ const isImagePart = (part: unknown): part is ImagePart =>
 const urlOf = (part: ImagePart): unknown =>
   typeof part.image_url === 'string' ? part.image_url : part.image_url?.url;
 
-/** Every image part of the messages, with the field that names it in an error. */
-function* imageParts(messages: readonly ChatMessage[], field: string) {
+/** Every content part of the messages, with the field that names it in an error. */
+function* contentParts(messages: readonly ChatMessage[]) {
   for (const [m, message] of messages.entries()) {
     const { content } = message as { content?: unknown };
     if (!Array.isArray(content)) continue;
-    for (const [p, part] of content.entries()) {
-      if (isImagePart(part)) yield { part, field: `${field}[${m}].content[${p}].image_url` };
-    }
+    for (const [p, part] of content.entries())
+      yield { part: part as unknown, at: `messages[${m}].content[${p}]` };
+  }
+}
+
+/** Every image part of the messages, with the field that names its URL in an error. */
+function* imageParts(messages: readonly ChatMessage[]) {
+  for (const { part, at } of contentParts(messages)) {
+    if (isImagePart(part)) yield { part, field: `${at}.image_url` };
   }
 }
 
@@ -42,8 +48,7 @@ export async function checkMessageImages(
   policy: OutboundPolicy,
 ): Promise<void> {
   refuseOtherUrls(messages);
-  for (const { part, field } of imageParts(messages, 'messages'))
-    await checkImageUrl(urlOf(part), field, policy);
+  for (const { part, field } of imageParts(messages)) await checkImageUrl(urlOf(part), field, policy);
 }
 
 /** A reference an engine would dial: `scheme://…`, or a local `file:` path. `data:` is inline. */
@@ -65,22 +70,18 @@ function refuseOtherUrls(messages: readonly ChatMessage[]): void {
     }
     return undefined;
   };
-  for (const [m, message] of messages.entries()) {
-    const { content } = message as { content?: unknown };
-    if (!Array.isArray(content)) continue;
-    for (const [p, part] of content.entries()) {
-      const type = (part as { type?: unknown } | null)?.type;
-      if (type === 'text' || type === 'refusal' || type === 'image_url') continue;
-      const field = found(part, `messages[${m}].content[${p}]`);
-      if (!field) continue;
-      throw validationError([
-        {
-          field,
-          rule: 'outbound',
-          message: `${field} is a URL the engine would fetch itself, from where Kiln cannot check what it reaches; Kiln fetches image_url parts alone: give this media inline, as a data: URI`,
-        },
-      ]);
-    }
+  for (const { part, at } of contentParts(messages)) {
+    const type = (part as { type?: unknown } | null)?.type;
+    if (type === 'text' || type === 'refusal' || type === 'image_url') continue;
+    const field = found(part, at);
+    if (!field) continue;
+    throw validationError([
+      {
+        field,
+        rule: 'outbound',
+        message: `${field} is a URL the engine would fetch itself, from where Kiln cannot check what it reaches; Kiln fetches image_url parts alone: give this media inline, as a data: URI`,
+      },
+    ]);
   }
 }
 
@@ -119,7 +120,7 @@ export async function inlineMessageImages(
   signal: AbortSignal,
 ): Promise<ChatMessage[]> {
   const fetched = new Map<ImagePart, string>();
-  for (const { part, field } of imageParts(messages, 'messages')) {
+  for (const { part, field } of imageParts(messages)) {
     const url = urlOf(part);
     if (typeof url !== 'string' || /^data:/i.test(url)) continue;
     const image = await loadImage(url, field, fetching.policy, fetching.maxBytes, signal, CHAT_IMAGE_FORMATS);
