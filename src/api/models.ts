@@ -6,32 +6,37 @@ import type { AppDeps } from './app.js';
 /** GET /v1/models: personas and the models the fleet serves (DESIGN.md section 7). */
 export function modelRoutes(app: FastifyInstance, deps: AppDeps): void {
   const created = Math.floor(Date.now() / 1000);
-  const list = () => [
-    ...deps.runtime
-      .router()
-      .models()
-      .map((m) => ({
+  const list = async (orgId: string) => {
+    const router = deps.runtime.router();
+    const chat = router.models();
+    // A persona that names a context this organisation does not have is refused on submission
+    // (400 naming `model`): it is not ready for this caller, whatever its engines.
+    const needs = new Map(chat.map((m) => [m.id, router.resolve(m.id)?.persona?.contexts ?? []]));
+    const missing = new Set(await deps.store.contexts.missing(orgId, [...needs.values()].flat()));
+    return [
+      ...chat.map((m) => ({
         id: m.id,
         object: 'model',
         created,
         owned_by: m.owned_by,
         kind: m.kind,
-        ready: m.ready,
+        ready: m.ready && !(m.kind === 'persona' && needs.get(m.id)?.some((name) => missing.has(name))),
       })),
-    // Image and video models: one per workflow template, ready when a runner serves it.
-    ...[...deps.runtime.templates.values()].map((t) => ({
-      id: t.model,
-      object: 'model',
-      created,
-      owned_by: 'kiln',
-      kind: t.kind,
-      ready: deps.runtime.runners.serves(t.model),
-    })),
-  ];
+      // Image and video models: one per workflow template, ready when a runner serves it.
+      ...[...deps.runtime.templates.values()].map((t) => ({
+        id: t.model,
+        object: 'model',
+        created,
+        owned_by: 'kiln',
+        kind: t.kind,
+        ready: deps.runtime.runners.serves(t.model),
+      })),
+    ];
+  };
 
-  app.get('/v1/models', async () => ({ object: 'list', data: list() }));
+  app.get('/v1/models', async (request) => ({ object: 'list', data: await list(request.auth.org_id) }));
   app.get<{ Params: { id: string } }>('/v1/models/:id', async (request) => {
-    const model = list().find((m) => m.id === request.params.id);
+    const model = (await list(request.auth.org_id)).find((m) => m.id === request.params.id);
     if (!model)
       throw new KilnError('model-not-found', `no persona or served model named '${request.params.id}'`);
     return model;
