@@ -15,8 +15,40 @@ const bodyAjv = new Ajv({ ...common, coerceTypes: false });
 /** Query strings and path parameters are text by nature: `?limit=5` means 5. */
 const textAjv = new Ajv({ ...common, coerceTypes: 'array' });
 
-export const validatorCompiler: FastifySchemaCompiler<TSchema> = ({ schema, httpPart }) =>
-  (httpPart === 'body' ? bodyAjv : textAjv).compile(schema);
+/**
+ * A number in a query string or path written as a person writes one: Ajv's coercion alone would take
+ * anything `Number()` reads (`1e1`, `0x10`, ` 5`), which no client means and OpenAI's API refuses.
+ */
+const WRITTEN = { integer: /^-?[0-9]+$/, number: /^-?[0-9]+(\.[0-9]+)?$/ } as const;
+
+export const validatorCompiler: FastifySchemaCompiler<TSchema> = ({ schema, httpPart }) => {
+  if (httpPart === 'body') return bodyAjv.compile(schema);
+  const validate = textAjv.compile(schema);
+  const numbers = Object.entries((schema as SchemaHints).properties ?? {}).flatMap(([name, property]) => {
+    const type = (property as SchemaHints).type;
+    return type === 'integer' || type === 'number' ? [{ name, type, pattern: WRITTEN[type] }] : [];
+  });
+  if (numbers.length === 0) return validate;
+  const strictly = (data: Record<string, unknown> | undefined) => {
+    const errors: ErrorObject[] = [];
+    for (const { name, type, pattern } of numbers) {
+      const value = data?.[name];
+      if (typeof value === 'string' && !pattern.test(value))
+        errors.push({
+          keyword: 'type',
+          instancePath: `/${name}`,
+          schemaPath: `#/properties/${name}/type`,
+          params: { type },
+          data: value,
+        });
+    }
+    const valid = errors.length === 0 && validate(data);
+    strictly.errors = errors.length > 0 ? errors : validate.errors;
+    return valid;
+  };
+  strictly.errors = null as ErrorObject[] | null | undefined;
+  return strictly;
+};
 
 interface SchemaHints {
   description?: string;

@@ -143,6 +143,26 @@ describe('bad input never yields a 500', () => {
     }
   });
 
+  it('a number in a query string is digits: 1e1, 0x10 and 5.0 are no limit, 10 is', async () => {
+    for (const limit of ['1e1', '0x10', '%205', '5.0', 'Infinity', '']) {
+      const answer = await kiln.call('GET', `/api/v1/contexts?limit=${limit}`);
+      expectEnvelope(answer, 400, 'validation-failed');
+      expect(answer.body.error.details).toEqual([
+        expect.objectContaining({ field: 'limit', rule: 'type', message: 'limit must be an integer' }),
+      ]);
+    }
+    for (const query of ['limit=10', 'limit=010']) {
+      expect((await kiln.call('GET', `/api/v1/contexts?${query}`)).status).toBe(200);
+    }
+    // Every endpoint's numbers alike: the job list and the usage report.
+    expect((await kiln.call('GET', '/v1/jobs?limit=1e1')).body.error.details[0]).toMatchObject({
+      field: 'limit',
+    });
+    const usage = await kiln.call('GET', '/api/v1/usage?since=0x10');
+    expect(usage.body.error.details[0]).toMatchObject({ field: 'since', rule: 'type' });
+    expect((await kiln.call('GET', '/api/v1/usage?since=16')).status).toBe(200);
+  });
+
   it('a body that is not JSON is 415; one over the server limit is 413', async () => {
     expectEnvelope(
       await post('name=x', { 'content-type': 'application/x-www-form-urlencoded' }),
