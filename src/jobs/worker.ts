@@ -300,12 +300,14 @@ export class Worker {
     // Decide the outcome first and record it once, so a store error while recording is never
     // mistaken for the handler failing.
     let outcome: JobOutcome | undefined;
+    let stopped: StopReason | undefined;
     try {
       const { result, usage } = await kind.run(context, controller.signal);
       if (controller.signal.aborted) throw new Error('aborted');
       outcome = { status: 'completed', result, usage };
     } catch (error) {
       const reason = controller.signal.aborted ? (controller.signal.reason as StopReason) : undefined;
+      stopped = reason;
       if (reason === 'run-limit') {
         outcome = {
           status: 'timeout',
@@ -333,7 +335,17 @@ export class Worker {
     } finally {
       clearTimeout(limit);
     }
-    if (!outcome) return undefined;
+    if (!outcome) {
+      // Cancelled from another process, which could not know the route this run took: kept now
+      // (also when this process learnt of it from a lease renewal; the guard checks the cancel).
+      if ((stopped === 'cancelled' || stopped === 'lease-lost') && Object.keys(recorded).length > 0)
+        await this.jobs.store.jobs
+          .keepCancelledMeta(job.id, job.attempts, recorded)
+          .catch((error: unknown) =>
+            this.log.warn({ err: error, job_id: job.id }, 'keeping a cancelled run’s route failed'),
+          );
+      return undefined;
+    }
     await this.jobs.finish(
       job.id,
       guard,

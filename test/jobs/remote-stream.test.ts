@@ -258,5 +258,35 @@ describe.skipIf(postgres.skip)(
       expect(text).toBe('Hello, world');
       expect(finishes.at(-1)).toBe('stop');
     });
+
+    it('an async job cancelled at this gateway while the worker runs it keeps the route the worker took', async () => {
+      const submitted = await gateway.call('POST', '/v1/chat/completions', {
+        body: {
+          model: 'm',
+          mode: 'async',
+          max_tokens: 4000,
+          messages: [{ role: 'user', content: 'Tell me everything about kilns.' }],
+        },
+      });
+      expect(submitted.status).toBe(202);
+      const [sim] = sims as [LlmSim];
+      const deadline = Date.now() + 10_000;
+      while (sim.stats().running === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+      expect(sim.stats().running).toBe(1);
+
+      const cancelled = await gateway.call('POST', `/v1/jobs/${submitted.body.id}/cancel`);
+      expect(cancelled.body).toMatchObject({ status: 'cancelled' });
+      // The cancel reached the worker, which stopped the engine and keeps where it ran.
+      let route: unknown;
+      while (route === undefined && Date.now() < deadline) {
+        const details = await gateway.call('GET', `/api/v1/jobs/${submitted.body.id}/details`);
+        route = details.body.route?.route;
+        if (route === undefined) await new Promise((r) => setTimeout(r, 50));
+      }
+      expect(route).toMatchObject({ class: 'unique', engine: 'remote-pool', replica: 0 });
+      while (sim.stats().running > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+      expect(sim.stats().running).toBe(0);
+      expect((await gateway.call('GET', `/v1/jobs/${submitted.body.id}`)).body.status).toBe('cancelled');
+    });
   },
 );

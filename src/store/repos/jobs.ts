@@ -269,6 +269,19 @@ export class JobRepository {
     return changed > 0;
   }
 
+  /**
+   * What a run cancelled from another process had recorded (its route), which that cancel could not
+   * store: kept on the cancelled job of that attempt, where nothing is stored yet and the job was
+   * not forgotten since.
+   */
+  async keepCancelledMeta(id: string, attempt: number, meta: Record<string, unknown>): Promise<void> {
+    await this.db.run(
+      `UPDATE jobs SET meta = ?
+       WHERE id = ? AND status = 'cancelled' AND attempts = ? AND meta IS NULL AND request <> '{}'`,
+      [json(meta), id, attempt],
+    );
+  }
+
   async setProgress(id: string, owner: string, attempt: number, progress: number): Promise<void> {
     await this.db.run(
       `UPDATE jobs SET progress = ? WHERE id = ? AND status = 'running' AND lease_owner = ? AND attempts = ?`,
