@@ -188,6 +188,7 @@ export class JobService {
         metered: cost !== undefined,
         // The submitting request's span: the job's run joins its trace, in whichever process it runs.
         traceparent: currentTraceparent(),
+        held_by: submission.mode === 'stream' ? (this.#localWorker?.owner ?? null) : null,
       };
       try {
         const { job, windows, refused } = await this.store.transaction(

@@ -367,6 +367,13 @@ export const migrations: readonly Migration[] = [
       CREATE INDEX idempotency_job ON idempotency_keys (job_id);
     `,
   },
+  {
+    version: 14,
+    name: 'a stream names the process that holds its request',
+    // A stream queued, then claimed by a worker of the process holding its request, died with that
+    // process as one run there at once does; only the second was recognised (started_at = created_at).
+    sql: () => 'ALTER TABLE jobs ADD COLUMN held_by TEXT;',
+  },
 ];
 
 /**

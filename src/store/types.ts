@@ -87,6 +87,11 @@ export interface JobRow {
   metered: number;
   /** The submitting request's span as a W3C traceparent, when tracing was on; the job's span is its child. */
   traceparent: string | null;
+  /**
+   * For a stream, the worker owner of the process that holds its request (null where that process
+   * has no worker): should that worker run it and lose its lease, the request died with it.
+   */
+  held_by: string | null;
 }
 
 /** What a terminal transition writes. */

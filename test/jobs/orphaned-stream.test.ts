@@ -17,6 +17,14 @@ afterAll(async () => {
   await killAll();
 });
 
+/** Waits for the stream's job to end, cancelled or (run again) completed. */
+const streamEnds = (row: (id: string) => Promise<JobRow | undefined>, id: string) =>
+  waitUntil(async () => ['cancelled', 'completed'].includes((await row(id))?.status ?? ''), {
+    timeoutMs: 20_000,
+    intervalMs: 50,
+    describe: async () => `the stream's job to end (${(await row(id))?.status})`,
+  });
+
 for (const storeCase of storeCases) {
   describe.skipIf(storeCase.skip)(`a stream whose gateway is killed: ${caseTitle(storeCase)}`, () => {
     let sims: LlmSim[];
@@ -70,11 +78,7 @@ for (const storeCase of storeCases) {
 
       await startServerProcess(env);
       const asyncId = queued.id.replace(/^chatcmpl-/, '');
-      await waitUntil(async () => ['cancelled', 'completed'].includes((await row(streamed))?.status ?? ''), {
-        timeoutMs: 20_000,
-        intervalMs: 50,
-        describe: async () => `the stream's job to end (${(await row(streamed))?.status})`,
-      });
+      await streamEnds(row, streamed);
       expect(await row(streamed)).toMatchObject({
         status: 'cancelled',
         attempts: 1,
@@ -90,6 +94,50 @@ for (const storeCase of storeCases) {
       expect(await row(asyncId)).toMatchObject({ attempts: 2 });
       // Two requests before the kill, and one more: the async job's second run, not the stream's.
       expect(sim.stats().requests).toBe(3);
+    }, 60_000);
+
+    it('a stream that waited in the queue, then ran in the gateway holding it, is cancelled too', async () => {
+      const sim = sims[0] as LlmSim;
+      // One worker, busy with an async job: the stream is queued, then claimed by that worker.
+      const first = await startServerProcess({ ...env, KILN_JOBS_WORKERS: '1' });
+      const key = world.adminKey();
+      const post = (extra: Record<string, unknown>, signal?: AbortSignal) =>
+        fetch(`${first.url}/v1/chat/completions`, {
+          method: 'POST',
+          headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+          body: JSON.stringify({
+            model: 'm',
+            messages: [{ role: 'user', content: 'Tell me a long story.' }],
+            max_tokens: 20,
+            ...extra,
+          }),
+          ...(signal ? { signal } : {}),
+        });
+      expect((await post({ mode: 'async' })).status).toBe(202);
+      const abort = new AbortController();
+      const stream = await post({ stream: true, max_tokens: 200 }, abort.signal);
+      expect(stream.status).toBe(200);
+      const reader = (stream.body as ReadableStream<Uint8Array>).getReader();
+      const opening = new TextDecoder().decode((await reader.read()).value);
+      const streamed = /"id":"chatcmpl-([0-9a-f-]{36})"/.exec(opening)?.[1] as string;
+      const row = (id: string) => world.store().driver.get<JobRow>('SELECT * FROM jobs WHERE id = ?', [id]);
+      const before = await row(streamed);
+      // It waited: it started after it was created, on the process's one worker.
+      expect(before).toMatchObject({ mode: 'stream', status: 'running', attempts: 1 });
+      expect(before?.started_at).toBeGreaterThan(before?.created_at as number);
+      await first.kill('SIGKILL');
+      abort.abort();
+      const requests = sim.stats().requests;
+
+      await startServerProcess(env);
+      await streamEnds(row, streamed);
+      expect(await row(streamed)).toMatchObject({
+        status: 'cancelled',
+        attempts: 1,
+        error_message: expect.stringContaining('the gateway process that ran it and held its stream stopped'),
+      });
+      // Not run again for nobody.
+      expect(sim.stats().requests).toBe(requests);
     }, 60_000);
   });
 }

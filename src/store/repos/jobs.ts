@@ -10,11 +10,13 @@ export type FinishGuard =
   | { by: 'orphaned'; now: number };
 
 /**
- * A stream job that ran, on its first attempt, in the process that took its request (inserted
- * already leased to it: started as it was created): with that lease lost, the process died, and
- * the request waiting for the stream with it. Run again, it would stream for nobody.
+ * A running stream whose run is in the process that took its request: inserted leased to it
+ * (started as it was created), or queued and claimed there later (`held_by`). With that lease lost,
+ * the process died, and the request waiting for the stream with it: run again, it would stream for
+ * nobody. Null-safe throughout: the requeue takes NOT of it, and NOT of an unknown holds back a job.
  */
-const ORPHANED_STREAM = `mode = 'stream' AND attempts = 1 AND started_at = created_at`;
+const ORPHANED_STREAM = `mode = 'stream' AND ((held_by IS NOT NULL AND lease_owner IS NOT NULL AND lease_owner = held_by)
+  OR (attempts = 1 AND started_at IS NOT NULL AND started_at = created_at))`;
 
 const GUARDS: Record<FinishGuard['by'], string> = {
   // The attempt too: a worker whose lease lapsed and that reclaimed the job must not let the old run finish it.
@@ -109,6 +111,8 @@ export type NewJob = Pick<
   metered?: boolean;
   /** The submitting span, when tracing is on. */
   traceparent?: string | null;
+  /** A stream's: the worker owner of the process holding its request. */
+  held_by?: string | null;
 };
 
 /** The queue's statements, one method each; every change to a running job names its lease holder. */
@@ -153,12 +157,13 @@ export class JobRepository {
       meta: null,
       metered: job.metered ? 1 : 0,
       traceparent: job.traceparent ?? null,
+      held_by: job.held_by ?? null,
     };
     await this.db.run(
       `INSERT INTO jobs (id, org_id, key_id, kind, mode, status, request, max_attempts, queue_deadline, run_limit_ms,
          created_at, webhook_url, webhook_secret, lease_owner, lease_expires_at, attempts, started_at, run_deadline, metered,
-         traceparent)
-       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+         traceparent, held_by)
+       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
       [
         row.id,
         row.org_id,
@@ -180,6 +185,7 @@ export class JobRepository {
         row.run_deadline,
         row.metered,
         row.traceparent,
+        row.held_by,
       ],
     );
     return row;
