@@ -83,6 +83,39 @@ function messageContent(content: unknown, at: string, problems: Problems): unkno
   return content;
 }
 
+/**
+ * A function call's output: a string, or text parts. OpenAI's API also takes image and file parts
+ * there, which a chat engine's tool message cannot carry: refused, not dropped.
+ */
+function toolOutput(output: unknown, at: string, problems: Problems): void {
+  if (typeof output === 'string') return;
+  if (!Array.isArray(output)) {
+    problems.add(
+      at,
+      'required',
+      `${at}: a function_call_output needs its output, a string or input_text parts`,
+    );
+    return;
+  }
+  for (const [i, part] of output.entries()) {
+    const where = `${at}[${i}]`;
+    const type = isObject(part) ? part.type : undefined;
+    if (type === 'input_text') {
+      if (typeof (part as Record<string, unknown>).text !== 'string')
+        problems.add(`${where}.text`, 'type', `${where} needs a string text`);
+    } else if (type === 'input_image' || type === 'input_file') {
+      problems.add(
+        `${where}.type`,
+        'unsupported',
+        `${where}: ${type} parts in a function's output are not supported: a chat engine's tool message carries text only`,
+        type,
+      );
+    } else {
+      problems.add(`${where}.type`, 'enum', `${where}.type must be input_text`, shownType(type));
+    }
+  }
+}
+
 /** The item's own id, when the caller gave one; the others get theirs when listed (input_items). */
 const idOf = (raw: Record<string, unknown>) =>
   typeof raw.id === 'string' && raw.id !== '' ? { id: raw.id } : {};
@@ -91,13 +124,17 @@ const shownType = (type: unknown) => (typeof type === 'string' ? type : typeof t
 
 /** The caller's `input` as items, checked: what the job stores and `input_items` lists. */
 export function inputItems(input: ResponseBody['input'], problems = new Problems()): Item[] {
+  if (input === undefined) return [];
   if (typeof input === 'string') {
     return [{ type: 'message', role: 'user', content: [{ type: 'input_text', text: input }] }];
   }
   const items: Item[] = [];
   for (const [i, raw] of input.entries()) {
     const at = `input[${i}]`;
-    const type = raw.type ?? 'message';
+    // Without a type, an item is a message, or (OpenAI's ItemReferenceParam) a reference: an id alone.
+    const type =
+      raw.type ??
+      (raw.role === undefined && raw.content === undefined && 'id' in raw ? 'item_reference' : 'message');
     if (type === 'message') {
       const role = raw.role;
       if (typeof role !== 'string' || !ROLES.has(role)) {
@@ -130,9 +167,7 @@ export function inputItems(input: ResponseBody['input'], problems = new Problems
           'required',
           `${at}: a function_call_output needs the call_id of its call`,
         );
-      if (typeof raw.output !== 'string' && !Array.isArray(raw.output)) {
-        problems.add(`${at}.output`, 'required', `${at}: a function_call_output needs its output, a string`);
-      }
+      toolOutput(raw.output, `${at}.output`, problems);
       items.push({
         type,
         ...idOf(raw),
@@ -262,6 +297,29 @@ export function chatFields(body: ResponseBody, problems: Problems): Record<strin
 }
 
 export { Problems };
+
+/**
+ * The function outputs among `items` from index `own` on (this turn's input, after the conversation
+ * before it) that answer no function call made before them: OpenAI refuses those too, and a chat
+ * engine would get a tool message that follows no call.
+ */
+export function unmatchedOutputs(items: readonly Item[], own: number): ErrorDetail[] {
+  const calls = new Set<unknown>();
+  const problems: ErrorDetail[] = [];
+  for (const [index, item] of items.entries()) {
+    if (item.type === 'function_call') calls.add(item.call_id);
+    else if (item.type === 'function_call_output' && index >= own && !calls.has(item.call_id)) {
+      const at = `input[${index - own}].call_id`;
+      problems.push({
+        field: at,
+        rule: 'exists',
+        message: `${at}: no function_call before this output has call_id '${String(item.call_id)}'`,
+        received: item.call_id,
+      });
+    }
+  }
+  return problems;
+}
 
 /** A content part as chat completions take it. */
 function chatPart(part: Record<string, unknown>): Record<string, unknown> {

@@ -14,13 +14,13 @@ import { isTerminal } from '../jobs/service.js';
 import { currentRateHeaders } from '../limits/hook.js';
 import type { JobRow } from '../store/types.js';
 import { responsesFormat } from './events.js';
-import { chatFields, inputItems, Problems } from './input.js';
+import { chatFields, inputItems, Problems, unmatchedOutputs } from './input.js';
 import { inputItemsOf, resolveReferences } from './items.js';
 import { conversation } from './kind.js';
 import { RESPONSE_PREFIX, responseOf } from './present.js';
 import { responseReplay } from './replay.js';
 import { resumeStream } from './resume.js';
-import { ResponseBody, type ResponseEcho, type ResponseJobRequest } from './schema.js';
+import { type Item, ResponseBody, type ResponseEcho, type ResponseJobRequest } from './schema.js';
 
 /** Fields of OpenAI's request that ask for what Kiln does not have: refused rather than ignored. */
 const REFUSED: Record<string, string> = {
@@ -112,6 +112,7 @@ export function responseRoutes(app: FastifyInstance, deps: AppDeps): void {
       await checkModelAndContexts(deps, orgId, body.model, contexts);
       await checkInputImages(resolved, deps.policy);
       let previous: string | null = null;
+      let earlier: Item[] = [];
       if (body.previous_response_id) {
         const prior = await find(orgId, body.previous_response_id, 'previous_response_id');
         if (prior.status !== 'completed') {
@@ -125,13 +126,15 @@ export function responseRoutes(app: FastifyInstance, deps: AppDeps): void {
         }
         previous = prior.id;
         // Every earlier turn must still be there: a deleted one is the caller's 404, not a failed job.
-        await conversation(store, orgId, previous).catch((error: unknown) => {
+        earlier = await conversation(store, orgId, previous).catch((error: unknown) => {
           const message = error instanceof Error ? error.message : String(error);
           throw new KilnError('not-found', `${message}; the conversation cannot be continued`, {
             param: 'previous_response_id',
           });
         });
       }
+      const unmatched = unmatchedOutputs([...earlier, ...resolved], earlier.length);
+      if (unmatched.length > 0) throw validationError(unmatched);
       const echo: ResponseEcho = {
         background,
         store: keep,

@@ -5,7 +5,11 @@ const nullable = <T extends Parameters<typeof Type.Union>[0][number]>(schema: T)
   Type.Optional(Type.Union([schema, Type.Null()]));
 
 /** An input item; its variants are checked one by one in input.ts, with errors that name the item. */
-const InputItem = Type.Object({ type: Type.Optional(Type.String()) }, { additionalProperties: true });
+// A null type is none (OpenAI's item references may send one).
+const InputItem = Type.Object(
+  { type: Type.Optional(Type.Union([Type.String(), Type.Null()])) },
+  { additionalProperties: true },
+);
 
 const Tool = Type.Object({ type: Type.String() }, { additionalProperties: true });
 
@@ -22,7 +26,8 @@ export const ResponseBody = Type.Object(
       maxLength: 256,
       description: 'a persona, or a model the fleet serves',
     }),
-    input: Type.Union([Type.String(), Type.Array(InputItem, { maxItems: 4096 })]),
+    // Optional, as in OpenAI's API: a turn that continues a response may send nothing new.
+    input: Type.Optional(Type.Union([Type.String(), Type.Array(InputItem, { maxItems: 4096 })])),
     instructions: nullable(Type.String()),
     previous_response_id: nullable(Type.String({ minLength: 1, maxLength: 128 })),
     store: nullable(Type.Boolean()),
@@ -77,7 +82,7 @@ export const ResponseBody = Type.Object(
 type Loose<T> = T & Record<string, unknown>;
 /** The body, with the loosely checked parts typed as the open objects they are. */
 export type ResponseBody = Omit<Static<typeof ResponseBody>, 'input' | 'tools' | 'tool_choice'> & {
-  input: string | Array<Loose<{ type?: string }>>;
+  input?: string | Array<Loose<{ type?: string | null }>>;
   tools?: Array<Loose<{ type: string }>>;
   tool_choice?: string | Loose<{ type: string }>;
 };

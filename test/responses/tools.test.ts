@@ -28,6 +28,18 @@ async function promptTokens(sim: { url: string }, messages: unknown[]): Promise<
   return ((await answer.json()) as { count: number }).count;
 }
 
+/** The chat messages a function call and its output become for the engine. */
+const callAnswered = (call: OpenAI.Responses.ResponseFunctionToolCall, output: string) => [
+  {
+    role: 'assistant',
+    content: null,
+    tool_calls: [
+      { id: call.call_id, type: 'function', function: { name: call.name, arguments: call.arguments } },
+    ],
+  },
+  { role: 'tool', tool_call_id: call.call_id, content: output },
+];
+
 describe.each(storeCases)('function tools through the Responses API ($name)', (storeCase) => {
   let fleet: ResponsesFleet;
   let client: OpenAI;
@@ -68,18 +80,7 @@ describe.each(storeCases)('function tools through the Responses API ($name)', (s
       expect(answered.usage?.input_tokens).toBe(
         await promptTokens(fleet.quick, [
           { role: 'user', content: question },
-          {
-            role: 'assistant',
-            content: null,
-            tool_calls: [
-              {
-                id: call.call_id,
-                type: 'function',
-                function: { name: 'get_weather', arguments: call.arguments },
-              },
-            ],
-          },
-          { role: 'tool', tool_call_id: call.call_id, content: '{"temp":21}' },
+          ...callAnswered(call, '{"temp":21}'),
         ]),
       );
     },
@@ -126,6 +127,64 @@ describe.each(storeCases)('function tools through the Responses API ($name)', (s
       for (const e of deltas) expect(e.item_id).toBe(call.id);
       expect(events.find((e) => e.type === 'response.output_item.done')).toMatchObject({ item: call });
       expect(await valid(client.responses.retrieve(completed.response.id))).toEqual(completed.response);
+    },
+  );
+
+  it.skipIf(storeCase.skip)(
+    'a function’s output as text parts reaches the engine as its text; image or file parts, a stray call_id, or no parts at all are 400',
+    async () => {
+      const { client: own, key } = await fleet.client();
+      const asked = await valid(own.responses.create({ model: 'm', input: question, tools: [weather] }));
+      const call = asked.output[0] as OpenAI.Responses.ResponseFunctionToolCall;
+      const post = (body: Record<string, unknown>) =>
+        fleet.kiln.call('POST', '/v1/responses', { key, body: { model: 'm', tools: [weather], ...body } });
+      // The call by its item id alone, without a type (OpenAI's item reference), then its output in parts.
+      const parts = [
+        { type: 'input_text', text: '{"temp":' },
+        { type: 'input_text', text: '21}' },
+      ];
+      const answered = await post({
+        input: [{ id: call.id }, { type: 'function_call_output', call_id: call.call_id, output: parts }],
+      });
+      expect(answered.status, JSON.stringify(answered.body)).toBe(200);
+      // The question was not sent this time: the engine got the call and the parts' text as one output.
+      expect(answered.body.usage.input_tokens).toBe(
+        await promptTokens(fleet.quick, [...callAnswered(call, '{"temp":21}')]),
+      );
+
+      const refused = async (output: unknown, call_id = call.call_id) => {
+        const answer = await post({
+          previous_response_id: asked.id,
+          input: [{ type: 'function_call_output', call_id, output }],
+        });
+        expect(answer.status, JSON.stringify(answer.body)).toBe(400);
+        return answer.body.error.details;
+      };
+      expect(
+        await refused([
+          { type: 'input_text', text: 'see' },
+          { type: 'input_image', image_url: 'https://example.com/x.png' },
+        ]),
+      ).toEqual([expect.objectContaining({ field: 'input[0].output[1].type', rule: 'unsupported' })]);
+      expect(await refused([{ type: 'input_file', file_id: 'file-1' }])).toEqual([
+        expect.objectContaining({ field: 'input[0].output[0].type', rule: 'unsupported' }),
+      ]);
+      expect(await refused([1, 2])).toEqual([
+        expect.objectContaining({ field: 'input[0].output[0].type', rule: 'enum' }),
+        expect.objectContaining({ field: 'input[0].output[1].type', rule: 'enum' }),
+      ]);
+      expect(await refused('{"temp":21}', 'call_nope')).toEqual([
+        expect.objectContaining({ field: 'input[0].call_id', rule: 'exists', received: 'call_nope' }),
+      ]);
+
+      // A turn that continues a response may send no input at all, as OpenAI's API allows.
+      const again = await post({ previous_response_id: answered.body.id });
+      expect(again.status, JSON.stringify(again.body)).toBe(200);
+      expect(again.body).toMatchObject({ previous_response_id: answered.body.id, object: 'response' });
+      expect(again.body.output.length).toBeGreaterThan(0);
+      expect((await post({})).body.error.details).toEqual([
+        expect.objectContaining({ field: 'input', rule: 'minItems' }),
+      ]);
     },
   );
 });
