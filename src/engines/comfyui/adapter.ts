@@ -44,6 +44,11 @@ const unreachable = (runner: RunnerTarget, signal?: AbortSignal) => (error: unkn
 const SUBMIT_TIMEOUT_MS = 60_000;
 /** How long each call taking a prompt back from the runner may take. */
 const WITHDRAW_TIMEOUT_MS = 5_000;
+/**
+ * Longest wait for the runner to take the progress socket: without it the history poll still finds
+ * the result, so a runner that never answers the upgrade costs this once, not the job.
+ */
+const SOCKET_OPEN_TIMEOUT_MS = 10_000;
 
 const extension = (contentType: string) =>
   contentType === 'image/jpeg' ? 'jpg' : contentType === 'image/webp' ? 'webp' : 'png';
@@ -112,7 +117,10 @@ export async function runWorkflow(
   const graph = call.fill(uploaded);
   const prompt = JSON.stringify({ prompt: graph, client_id: clientId, prompt_id: promptId });
   const progress = passProgress(graph);
-  const socket = new WebSocket(`${base.replace(/^http/, 'ws')}/ws?clientId=${clientId}`, { headers });
+  const socket = new WebSocket(`${base.replace(/^http/, 'ws')}/ws?clientId=${clientId}`, {
+    headers,
+    handshakeTimeout: SOCKET_OPEN_TIMEOUT_MS,
+  });
   const finished = new Promise<Outcome>((resolve) => {
     socket.on('message', (raw, binary) => {
       if (binary) return; // previews
@@ -132,9 +140,16 @@ export async function runWorkflow(
     });
   });
   await new Promise<void>((resolve) => {
-    socket.once('open', () => resolve());
-    // Without the socket the history poll still finds the result.
-    socket.once('error', () => resolve());
+    const settle = () => {
+      call.signal.removeEventListener('abort', settle);
+      resolve();
+    };
+    socket.once('open', settle);
+    // Without the socket (refused, or not taken within its timeout) the history poll still finds
+    // the result; an error later, or on terminating it while it connects, is as harmless. A cancel
+    // or the runner's timeout meanwhile ends the wait.
+    socket.on('error', settle);
+    call.signal.addEventListener('abort', settle, { once: true });
   });
 
   if (call.signal.aborted) {
