@@ -38,9 +38,30 @@ export function mediaRoutes(app: FastifyInstance, deps: AppDeps): void {
   };
   const maxBytes = deps.config.files.max_input_bytes;
   const bodyLimit = inlineImagesBodyLimit(maxBytes);
-  const checkImages = async (refs: Record<string, string | undefined>) => {
+  /**
+   * Every image, and the webhook's address, checked before the job exists: one 400 lists every
+   * problem among them (the webhook is checked again, with its secret set up, on submission).
+   */
+  const checkImages = async (
+    refs: Record<string, string | undefined>,
+    webhook: { url: string } | undefined,
+  ) => {
+    const refused: KilnError[] = [];
+    const collect = async (check: Promise<unknown>) => {
+      try {
+        await check;
+      } catch (error) {
+        // A 400 of its own (`validation-failed`, `unsafe-url`) joins the others; anything else stands.
+        if (!(error instanceof KilnError && error.status === 400 && error.details)) throw error;
+        refused.push(error);
+      }
+    };
     for (const [field, ref] of Object.entries(refs))
-      if (ref) await checkImageRef(ref, field, deps.policy, maxBytes);
+      if (ref) await collect(checkImageRef(ref, field, deps.policy, maxBytes));
+    if (refused.length === 0) return;
+    if (webhook) await collect(deps.policy.checkUrl(webhook.url, 'webhook.url'));
+    // One problem keeps its own code; several are a validation failure listing each.
+    throw refused.length === 1 ? refused[0] : validationError(refused.flatMap((e) => e.details ?? []));
   };
 
   /** The stored request of a video job: sizes snapped, seed fixed, the images it animates. */
@@ -72,7 +93,7 @@ export function mediaRoutes(app: FastifyInstance, deps: AppDeps): void {
       const body = request.body;
       // The free tier renders with LTX-Video, whatever it asked for.
       const model = request.auth.tier === 'free' ? 'ltx-video' : (body.model ?? DEFAULT_VIDEO_MODEL);
-      await checkImages({ start_image: body.start_image, end_image: body.end_image });
+      await checkImages({ start_image: body.start_image, end_image: body.end_image }, body.webhook);
       return submitJob(request, reply, submitDeps, {
         kind: kind('video.transition'),
         mode: 'async',
@@ -95,7 +116,7 @@ export function mediaRoutes(app: FastifyInstance, deps: AppDeps): void {
           { field: 'image', rule: 'required', message: `${model} animates an image: image is required` },
         ]);
       }
-      await checkImages({ image: body.image });
+      await checkImages({ image: body.image }, body.webhook);
       return submitJob(request, reply, submitDeps, {
         kind: kind('video.generation'),
         mode: 'async',

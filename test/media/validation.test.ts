@@ -112,6 +112,24 @@ describe('POST /v1/videos/transitions validation', () => {
     ]);
   });
 
+  it('lists every bad image and an unsafe webhook in one 400, and makes no job', async () => {
+    const before = await jobCount();
+    const notAnImage = 'data:image/png;base64,aGVsbG8=';
+    const answer = await post({
+      start_image: notAnImage,
+      end_image: notAnImage,
+      webhook: { url: 'http://169.254.169.254/hook' },
+    });
+    expect(answer.status).toBe(400);
+    expect(answer.body.error.details).toEqual([
+      expect.objectContaining({ field: 'start_image', rule: 'image' }),
+      expect.objectContaining({ field: 'end_image', rule: 'image' }),
+      expect.objectContaining({ field: 'webhook.url', rule: 'unsafe-url' }),
+    ]);
+    expect(answer.body.error).toMatchObject({ code: 'validation-failed', param: 'start_image' });
+    expect(await jobCount()).toBe(before);
+  });
+
   it('refuses a PNG whose header claims 20000×20000 pixels by its size, before decoding it', async () => {
     const chunk = (type: string, data: Buffer) => {
       const body = Buffer.concat([Buffer.from(type, 'latin1'), data]);
