@@ -162,6 +162,7 @@ export async function createRuntime(
           timeoutMs: parseDuration(config.webhooks.timeout),
           jitter: config.webhooks.jitter,
           pollIntervalMs: config.jobs.poll_interval_ms,
+          signUrl: (fileId) => files.signedUrl({ id: fileId }),
         },
         logger.child({ component: 'webhooks' }),
       );

@@ -53,6 +53,18 @@ function resigned(result: unknown, signUrl: (fileId: string) => string): unknown
   return Array.isArray(top?.data) ? { ...top, data: top.data.map(fresh) } : top;
 }
 
+/**
+ * A stored webhook body (a poll body) with fresh signatures on its produced files' URLs, for an
+ * attempt made long after the job ended; a body without files is sent as stored.
+ */
+export function resignedBody(body: string, signUrl: (fileId: string) => string): string {
+  if (!body.includes('"file_id"')) return body;
+  const poll = JSON.parse(body) as { result?: unknown };
+  return poll.result === undefined
+    ? body
+    : JSON.stringify({ ...poll, result: resigned(poll.result, signUrl) });
+}
+
 /** The 202 answer to an async submission. */
 export function submissionBody(job: JobRow, kind: JobKind, request: unknown): Record<string, unknown> {
   return {

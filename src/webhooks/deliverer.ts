@@ -1,6 +1,7 @@
 import type { Logger } from 'pino';
 import { type Agent, request } from 'undici';
 import { randomBase62 } from '../ids.js';
+import { resignedBody } from '../jobs/present.js';
 import { countWebhookDelivery } from '../metrics/webhooks.js';
 import { createOutboundAgent } from '../net/http.js';
 import type { OutboundPolicy } from '../net/policy.js';
@@ -16,6 +17,8 @@ export interface DeliverySettings {
   /** ± share of each delay drawn at random, so receivers coming back are not stampeded. */
   jitter: number;
   pollIntervalMs: number;
+  /** A produced file's signed URL, made afresh for each attempt (a retry may come hours later). */
+  signUrl?: (fileId: string) => string;
 }
 
 /**
@@ -143,6 +146,8 @@ export class WebhookDeliverer {
       });
       let httpStatus: number | null = null;
       let error: string | null = null;
+      const { signUrl } = this.settings;
+      const body = signUrl ? resignedBody(delivery.body, signUrl) : delivery.body;
       try {
         const response = await request(delivery.url, {
           method: 'POST',
@@ -151,11 +156,11 @@ export class WebhookDeliverer {
             ...traceHeaders(),
             'content-type': 'application/json',
             'user-agent': `Kiln-Webhooks/${VERSION}`,
-            'x-service-signature': signWebhook(delivery.secret, delivery.body),
+            'x-service-signature': signWebhook(delivery.secret, body),
             'x-service-webhook-id': delivery.id,
             'x-service-event': delivery.event,
           },
-          body: delivery.body,
+          body,
           signal: AbortSignal.timeout(this.settings.timeoutMs),
         });
         httpStatus = response.statusCode;
