@@ -211,7 +211,11 @@ export function toDetails(errors: ErrorObject[], root = 'body'): ErrorDetail[] {
     const branches = errors.filter((e) => e.instancePath === at && e !== union);
     const enumLike = ((union.parentSchema as SchemaHints | undefined)?.anyOf ?? []).some((b) => 'const' in b);
     const ruled = branches.filter((e) => e.keyword !== 'type');
+    // Errors inside the value: it has a branch's type (an object, an array) and breaks a rule within
+    // it. Those errors say what is wrong; "must be null" of the other branch would not.
+    const within = errors.some((e) => e.instancePath.startsWith(`${at}/`));
     if (enumLike) details.push(describe(union, root));
+    else if (within && ruled.length === 0) continue;
     // A nullable or multi-typed field: the rule the value broke, else the types it may have.
     else if (ruled.length > 0) details.push(...ruled.map((e) => describe(e, root)));
     else {

@@ -271,6 +271,28 @@ describe.each(storeCases)('the Responses API over HTTP ($name)', (storeCase) => 
       'unsupported',
       /'telepathy'/,
     ],
+    // A nullable or union field names what is wrong inside the value, not that it is not null.
+    [
+      'a json_schema format whose schema is no object',
+      { text: { format: { type: 'json_schema', name: 'x', schema: [] } } },
+      'text.format.schema',
+      'type',
+      /^text\.format\.schema must be an object$/,
+    ],
+    [
+      'an input item whose type is a number',
+      { input: [{ type: 5 }] },
+      'input[0].type',
+      'type',
+      /^input\[0\]\.type must be a string or null$/,
+    ],
+    [
+      'a metadata value that is a number',
+      { metadata: { k: 1 } },
+      'metadata.k',
+      'type',
+      /^metadata\.k must be a string$/,
+    ],
     [
       'a background response not stored',
       { background: true, store: false },
