@@ -266,7 +266,13 @@ export class Fleet {
     if (pool.length > 0) return pool;
     const long = inClass('long-context');
     if (long.length > 0) return long;
-    return fitting.length > 0 ? fitting : local;
+    if (fitting.length > 0) return fitting;
+    // None up fits. While one that would (down, ejected, already tried) exists, none smaller is sent
+    // the prompt; only a prompt no replica of the model can hold goes on, for the engine to refuse.
+    const anyFits = this.replicas.some(
+      (r) => !r.config.overflow && r.offers(request.model) && r.fits(request.contextNeeded),
+    );
+    return anyFits ? [] : local;
   }
 
   async acquire(

@@ -134,15 +134,16 @@ describe('request classes', () => {
     expect(job.body.status).toBe('completed');
   });
 
-  it('a context size read from the engine sends a prompt that cannot fit straight to the long-context pool', async () => {
+  /** A unique pool of 1,000 tokens, known to Kiln (read from the engine), and a long-context pool. */
+  const smallAndLong = async (longContextTokens: number) => {
     const unique = await simPool(1, { contextWindow: 1000 });
     const long = await simPool(1, { contextWindow: 200_000 });
     sims = [...unique, ...long];
-    kiln = await startTestServer(sqlite, {
+    const server = await startTestServer(sqlite, {
       engines: { 'unique-pool': engine('unique', unique), 'long-pool': engine('long-context', long) },
-      'routing.long_context_tokens': 50_000,
+      'routing.long_context_tokens': longContextTokens,
     });
-    const server = kiln;
+    kiln = server;
     await waitUntil(
       async () =>
         /kiln_replica_context_tokens\{engine="unique-pool",replica="0"\} 1000/.test(
@@ -150,11 +151,36 @@ describe('request classes', () => {
         ),
       { timeoutMs: 10_000, describe: () => 'the unique pool’s context size in /metrics' },
     );
-    const answer = await chat(kiln.url, kiln.adminKey, {
+    return { unique, long, server };
+  };
+
+  it('a context size read from the engine sends a prompt that cannot fit straight to the long-context pool', async () => {
+    const { unique, server } = await smallAndLong(50_000);
+    const answer = await chat(server.url, server.adminKey, {
       messages: [{ role: 'user', content: words('does not fit', 2000) }],
     });
     expect(answer.status).toBe(200);
     expect(answer.route).toMatchObject({ engine: 'long-pool' });
+    expect((unique[0] as LlmSim).stats().requests).toBe(0);
+  });
+
+  it('a long-context prompt whose long-context replica failed or is ejected never goes to a replica too small for it', async () => {
+    const { unique, long, server } = await smallAndLong(1500);
+    // The long-context engine breaks off every answer before its first byte (retryable).
+    await (long[0] as LlmSim).setFault({ kind: 'drop-mid-stream', afterChunks: 0 });
+    const prompt = { messages: [{ role: 'user', content: words('long prompt', 2000) }] };
+    // Three tries: the retry after each, then the ejection after the third failure.
+    for (let i = 0; i < 3; i++) {
+      const answer = await chat(server.url, server.adminKey, prompt);
+      expect(answer.route).toMatchObject({ class: 'long-context', engine: 'long-pool' });
+      expect(answer.status).toBe(502);
+      expect(answer.body.error.code).toBe('inference-failed');
+    }
+    // The fault is gone but the replica is ejected: the prompt waits for nothing it cannot fit in.
+    await (long[0] as LlmSim).setFault(undefined);
+    const ejected = await chat(server.url, server.adminKey, prompt);
+    expect(ejected.status).toBe(503);
+    expect(ejected.body.error.code).toBe('engine-unavailable');
     expect((unique[0] as LlmSim).stats().requests).toBe(0);
   });
 });
