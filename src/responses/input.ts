@@ -224,6 +224,14 @@ export function chatFields(body: ResponseBody, problems: Problems): Record<strin
       if (tool.parameters !== undefined && tool.parameters !== null && !isObject(tool.parameters)) {
         return problems.add(`${at}.parameters`, 'type', `${at}.parameters must be a JSON schema object`);
       }
+      for (const [field, type] of [
+        ['strict', 'boolean'],
+        ['description', 'string'],
+      ] as const) {
+        const value = (tool as Record<string, unknown>)[field];
+        if (value !== undefined && value !== null && typeof value !== type)
+          return problems.add(`${at}.${field}`, 'type', `${at}.${field} must be a ${type}`, value);
+      }
       const fn: Record<string, unknown> = { name: tool.name };
       if (typeof tool.description === 'string') fn.description = tool.description;
       if (isObject(tool.parameters)) fn.parameters = tool.parameters;

@@ -126,7 +126,8 @@ export function responseKind(deps: ChatDeps): JobKind<ResponseJobRequest> {
           output,
           usage: responseUsage(completion.usage, route.cached_reported ?? 0),
           incomplete: end.incomplete,
-          completedAt: Math.floor(Date.now() / 1000),
+          // Only a completed response has completed_at (OpenAI's Response: null otherwise).
+          completedAt: end.status === 'completed' ? Math.floor(Date.now() / 1000) : null,
         });
         events?.end(end.status === 'completed' ? 'response.completed' : 'response.incomplete', result);
         // The whole log, the last event with it, is in the store before the job is terminal.

@@ -148,6 +148,11 @@ describe.each(storeCases)('the Responses API over HTTP ($name)', (storeCase) => 
       const body = { model: 'm', input: 'Hi.', background: true, max_output_tokens: 3 };
       const { id } = (await create(key, body)).body as { id: string };
       await until(async () => (await retrieve(key, id)).body.status === 'incomplete', 5000, 'the end');
+      // Only a completed response has a completion time, as OpenAI's Response says.
+      expect((await retrieve(key, id)).body).toMatchObject({
+        incomplete_details: { reason: 'max_output_tokens' },
+        completed_at: null,
+      });
       const refused = await fleet.kiln.call('POST', `/v1/responses/${id}/cancel`, { key });
       expect(refused.status).toBe(409);
       expect(refused.body.error.message).toBe(`response ${id} is already incomplete`);
@@ -292,6 +297,13 @@ describe.each(storeCases)('the Responses API over HTTP ($name)', (storeCase) => 
       'metadata.k',
       'type',
       /^metadata\.k must be a string$/,
+    ],
+    [
+      'a function tool whose strict is no boolean',
+      { tools: [{ ...weather, strict: 'yes' }] },
+      'tools[0].strict',
+      'type',
+      /^tools\[0\]\.strict must be a boolean$/,
     ],
     [
       'a background response not stored',
