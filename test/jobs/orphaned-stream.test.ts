@@ -114,6 +114,12 @@ for (const storeCase of storeCases) {
           ...(signal ? { signal } : {}),
         });
       expect((await post({ mode: 'async' })).status).toBe(202);
+      // The worker has taken it: the stream finds no free worker and is queued.
+      await waitUntil(() => sim.stats().running === 1 || undefined, {
+        timeoutMs: 10_000,
+        intervalMs: 5,
+        describe: () => `the async job generating (${JSON.stringify(sim.stats())})`,
+      });
       const abort = new AbortController();
       const stream = await post({ stream: true, max_tokens: 200 }, abort.signal);
       expect(stream.status).toBe(200);

@@ -2,6 +2,7 @@ import { createHmac } from 'node:crypto';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { Agent, fetch } from 'undici';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type ComfySim, startComfySim } from '../../src/sim/comfyui/server.js';
 import { startTestServer, type TestServer } from '../helpers/server.js';
@@ -61,7 +62,8 @@ describe('a media job’s webhook, retried', () => {
     const expires = urls.map((url) => Number(url.searchParams.get('expires')));
     expect(expires[1]).toBeGreaterThanOrEqual((expires[0] as number) + 2);
     expect(urls[1]?.searchParams.get('signature')).not.toBe(urls[0]?.searchParams.get('signature'));
-    const image = await fetch(urls[1] as URL);
+    // Without keep-alive: a connection the test leaves idle would hold the server's close.
+    const image = await fetch(urls[1] as URL, { dispatcher: new Agent({ pipelining: 0 }) });
     expect(image.status).toBe(200);
     expect((await image.arrayBuffer()).byteLength).toBeGreaterThan(0);
     // Only the URL's signature and expiry changed, and the signature header covers the body sent.
