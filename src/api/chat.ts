@@ -11,7 +11,7 @@ import type { JobRow } from '../store/types.js';
 import type { AppDeps } from './app.js';
 import { inlineImagesBodyLimit } from './media.js';
 import { streamJob } from './stream.js';
-import { submitJob } from './submit.js';
+import { boundRequest, submitJob } from './submit.js';
 
 /** The `x-kiln-route` header, from what the job recorded (its meta). */
 export const routeOf = (meta: Record<string, unknown>): Record<string, string> => {
@@ -22,13 +22,15 @@ export const routeOf = (meta: Record<string, unknown>): Record<string, string> =
 /**
  * A persona or served model that exists, and every context it and the request name, in this
  * organisation: checked before any job exists (404 `model-not-found`, 400 naming each context).
+ * Answers the characters (bytes, at most) the persona's preamble and those contexts put before the
+ * caller's messages, which a token budget's reservation must count.
  */
 export async function checkModelAndContexts(
   deps: AppDeps,
   orgId: string,
   model: string,
   contexts: readonly string[],
-): Promise<void> {
+): Promise<number> {
   const resolved = deps.runtime.router().resolve(model);
   if (!resolved) {
     throw new KilnError(
@@ -39,8 +41,9 @@ export async function checkModelAndContexts(
       },
     );
   }
-  const wanted = [...(resolved.persona?.contexts ?? []), ...contexts];
-  const missing = await deps.store.contexts.missing(orgId, wanted);
+  const wanted = [...new Set([...(resolved.persona?.contexts ?? []), ...contexts])];
+  const sizes = await deps.store.contexts.sizes(orgId, wanted);
+  const missing = wanted.filter((name) => !sizes.has(name));
   if (missing.length > 0) {
     throw validationError(
       missing.map((name) => ({
@@ -51,6 +54,9 @@ export async function checkModelAndContexts(
       })),
     );
   }
+  let chars = resolved.persona?.system?.length ?? 0;
+  for (const size of sizes.values()) chars += size;
+  return chars;
 }
 
 /** POST /v1/chat/completions in sync (default), stream and async modes, all through the chat job kind. */
@@ -84,13 +90,14 @@ export function chatRoutes(app: FastifyInstance, deps: AppDeps): void {
           },
         ]);
       }
-      await checkModelAndContexts(deps, request.auth.org_id, model, contexts);
+      const preambleChars = await checkModelAndContexts(deps, request.auth.org_id, model, contexts);
       await checkMessageImages(rest.messages as ChatMessage[], deps.policy);
       const job: ChatJobRequest = {
         model,
         contexts,
         includeUsage: stream_options?.include_usage === true,
         body: rest,
+        preambleChars,
       };
       if (mode === 'stream') {
         if (webhook) {
@@ -105,6 +112,7 @@ export function chatRoutes(app: FastifyInstance, deps: AppDeps): void {
         return streamJob(request, reply, deps.jobs, {
           kind,
           request: job,
+          sent: boundRequest(job),
           headers: routeOf,
           maxUnsentBytes: deps.config.streams.max_unsent_bytes,
           replay: chatReplay,
@@ -118,6 +126,7 @@ export function chatRoutes(app: FastifyInstance, deps: AppDeps): void {
           kind,
           mode,
           request: job,
+          sent: boundRequest(job),
           webhook,
           headers: (row: JobRow) =>
             routeOf(row.meta ? (JSON.parse(row.meta) as Record<string, unknown>) : {}),

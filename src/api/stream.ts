@@ -75,6 +75,8 @@ export interface StreamOptions {
    */
   mode?: 'stream' | 'async';
   webhook?: Webhook | undefined;
+  /** The body as sent, where `request` adds Kiln's own facts: what an Idempotency-Key binds. */
+  sent?: unknown;
   /** `streams.max_unsent_bytes`: a client this far behind is cut off (EventWriter). */
   maxUnsentBytes: number;
   /**
@@ -132,6 +134,7 @@ export async function streamJob(
       mode,
       caller: request.auth,
       request: options.request,
+      sent: options.sent,
       webhook: options.webhook,
       idempotencyKey: options.replay ? idempotencyKeyOf(request) : undefined,
     });

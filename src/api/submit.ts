@@ -32,6 +32,14 @@ export interface SubmitOptions {
 
 const IDEMPOTENCY_KEY = /^[\x21-\x7e]{1,255}$/;
 
+/**
+ * A chat or response job's request without what the store said at submission (the size of its
+ * contexts): a retry with the same Idempotency-Key and body is the same request, whatever was
+ * edited in between.
+ */
+export const boundRequest = <R extends { preambleChars?: number }>({ preambleChars: _, ...request }: R) =>
+  request;
+
 /** 409 for a retry whose original (`what`: request, stream) still runs; its polling URL beside it. */
 export function stillRunning(kind: JobKind, job: JobRow, what: string): KilnError {
   return new KilnError(

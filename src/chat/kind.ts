@@ -278,6 +278,7 @@ export function chatKind(deps: ChatDeps): JobKind<ChatJobRequest> {
     meter: tokenMeter(
       (r) => r.body.messages,
       (r) => ({ max: r.body.max_completion_tokens ?? r.body.max_tokens, n: r.body.n }),
+      (r) => r.preambleChars ?? 0,
     ),
     async run(job, signal) {
       const router = deps.router();

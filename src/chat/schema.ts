@@ -66,4 +66,9 @@ export interface ChatJobRequest {
   contexts: string[];
   includeUsage: boolean;
   body: Record<string, unknown>;
+  /**
+   * Characters the persona's preamble and the contexts put before the messages at submission: the
+   * reservation counts them (absent in jobs submitted before it was kept).
+   */
+  preambleChars?: number;
 }

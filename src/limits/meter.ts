@@ -38,7 +38,7 @@ const metered = (tokens: number, media_ms: number): Metered => ({
 });
 
 /** Characters of every string inside `value`: the text a prompt is made of. */
-function textLength(value: unknown): number {
+export function textLength(value: unknown): number {
   if (typeof value === 'string') return value.length;
   if (Array.isArray(value)) return value.reduce((n: number, v) => n + textLength(v), 0);
   if (value && typeof value === 'object') return textLength(Object.values(value));
@@ -52,8 +52,11 @@ export const CHARS_PER_TOKEN = 4;
 export function tokenMeter<Request>(
   prompt: (request: Request) => unknown,
   completion: (request: Request) => { max?: unknown; n?: unknown },
+  /** Characters the prompt gets beyond `prompt`'s text (a persona's preamble, contexts, a conversation). */
+  more: (request: Request) => number = () => 0,
 ): Meter<Request> {
-  const estimate = (request: Request) => Math.ceil(textLength(prompt(request)) / CHARS_PER_TOKEN);
+  const estimate = (request: Request) =>
+    Math.ceil((textLength(prompt(request)) + more(request)) / CHARS_PER_TOKEN);
   return {
     reserve(request, settings) {
       const { max, n } = completion(request);

@@ -65,6 +65,7 @@ export function responseKind(deps: ChatDeps): JobKind<ResponseJobRequest> {
     meter: tokenMeter(
       (r) => [r.instructions, r.input],
       (r) => ({ max: r.chat.max_completion_tokens ?? r.chat.max_tokens }),
+      (r) => r.preambleChars ?? 0,
     ),
     async run(job, signal) {
       const { request } = job;

@@ -4,7 +4,7 @@ import type { AppDeps } from '../api/app.js';
 import { checkModelAndContexts, routeOf } from '../api/chat.js';
 import { inlineImagesBodyLimit } from '../api/media.js';
 import { streamJob } from '../api/stream.js';
-import { checkWebhook, submitJob } from '../api/submit.js';
+import { boundRequest, checkWebhook, submitJob } from '../api/submit.js';
 import { checkInputImages } from '../chat/images.js';
 import { parseDuration } from '../config/schema.js';
 import { KilnError, notFound, validationError } from '../errors.js';
@@ -12,9 +12,10 @@ import type { JobKind } from '../jobs/kinds.js';
 import { parseJobId } from '../jobs/present.js';
 import { isTerminal } from '../jobs/service.js';
 import { currentRateHeaders } from '../limits/hook.js';
+import { textLength } from '../limits/meter.js';
 import type { JobRow } from '../store/types.js';
 import { responsesFormat } from './events.js';
-import { chatFields, inputItems, Problems, unmatchedOutputs } from './input.js';
+import { chatFields, chatMessages, inputItems, Problems, unmatchedOutputs } from './input.js';
 import { inputItemsOf, resolveReferences } from './items.js';
 import { conversation } from './kind.js';
 import { RESPONSE_PREFIX, responseOf } from './present.js';
@@ -109,7 +110,7 @@ export function responseRoutes(app: FastifyInstance, deps: AppDeps): void {
       }
       problems.throwIfAny();
       const contexts = body.contexts ?? [];
-      await checkModelAndContexts(deps, orgId, body.model, contexts);
+      const preambleChars = await checkModelAndContexts(deps, orgId, body.model, contexts);
       await checkInputImages(resolved, deps.policy);
       let previous: string | null = null;
       let earlier: Item[] = [];
@@ -164,12 +165,15 @@ export function responseRoutes(app: FastifyInstance, deps: AppDeps): void {
         previous,
         chat,
         echo,
+        // The persona's preamble, the contexts and the conversation replayed go to the engine too.
+        preambleChars: preambleChars + textLength(chatMessages(earlier)),
       };
       if (stream) {
         await checkWebhook(deps, orgId, body.webhook);
         return streamJob(request, reply, deps.jobs, {
           kind,
           request: job,
+          sent: boundRequest(job),
           format: responsesFormat,
           mode: background ? 'async' : 'stream',
           webhook: body.webhook,
@@ -186,6 +190,7 @@ export function responseRoutes(app: FastifyInstance, deps: AppDeps): void {
           kind,
           mode: background ? 'async' : 'sync',
           request: job,
+          sent: boundRequest(job),
           webhook: body.webhook,
           accepted: (row) => ({ status: 200, body: responseOf(row) }),
           headers: (row) => routeOf(row.meta ? (JSON.parse(row.meta) as Record<string, unknown>) : {}),

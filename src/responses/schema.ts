@@ -103,6 +103,11 @@ export interface ResponseJobRequest {
   chat: Record<string, unknown>;
   /** The request's fields as the Response object echoes them. */
   echo: ResponseEcho;
+  /**
+   * Characters the persona's preamble, the contexts and the conversation before this turn put before
+   * its input at submission: the reservation counts them (absent in jobs submitted before).
+   */
+  preambleChars?: number;
 }
 
 /** The request fields every Response object carries, whatever its status. */

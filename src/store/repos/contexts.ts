@@ -113,16 +113,21 @@ export class ContextRepository {
     );
   }
 
-  /** The names of `names` the organisation has no context for. */
-  async missing(orgId: string, names: readonly string[]): Promise<string[]> {
-    if (names.length === 0) return [];
+  /** The size in bytes of each of `names` the organisation has a context for; the others are absent. */
+  async sizes(orgId: string, names: readonly string[]): Promise<Map<string, number>> {
+    if (names.length === 0) return new Map();
     const unique = [...new Set(names)];
-    const found = await this.db.all<{ name: string }>(
-      `SELECT name FROM contexts WHERE org_id = ? AND name IN (${unique.map(() => '?').join(', ')})`,
+    const found = await this.db.all<{ name: string; size_bytes: number | string }>(
+      `SELECT name, size_bytes FROM contexts WHERE org_id = ? AND name IN (${unique.map(() => '?').join(', ')})`,
       [orgId, ...unique],
     );
-    const have = new Set(found.map((r) => r.name));
-    return unique.filter((n) => !have.has(n));
+    return new Map(found.map((r) => [r.name, Number(r.size_bytes)]));
+  }
+
+  /** The names of `names` the organisation has no context for. */
+  async missing(orgId: string, names: readonly string[]): Promise<string[]> {
+    const have = await this.sizes(orgId, names);
+    return [...new Set(names)].filter((n) => !have.has(n));
   }
 
   /** Contexts ordered by name; `after` is the last name of the previous page. */
