@@ -125,7 +125,11 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     // Open, /metrics needs no key: a scraper then needs no key, nor the store to check one.
     if (deps.config.metrics.open) metricsRoutes(api, deps);
     // Outside the authenticated scope: a signed URL works without a key (the route checks either).
-    fileRoutes(api, { files: deps.runtime.files, store: deps.store });
+    // A caller with a key gets its rate-limit headers here too; a signed URL's has none.
+    await api.register(async (files) => {
+      rateHeadersHook(files, { store: deps.store, limiter: deps.runtime.limiter });
+      fileRoutes(files, { files: deps.runtime.files, store: deps.store });
+    });
     await api.register(async (authenticated) => {
       authenticated.addHook('onRequest', requireApiKey(deps.store));
       rateHeadersHook(authenticated, { store: deps.store, limiter: deps.runtime.limiter });

@@ -3,6 +3,8 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { Config } from '../config/schema.js';
 import { OrgContexts } from '../contexts/service.js';
 import { KilnError } from '../errors.js';
+import type { Limiter } from '../limits/admission.js';
+import { currentRateHeaders } from '../limits/hook.js';
 import { createMcpServer } from '../mcp/server.js';
 import type { Store } from '../store/index.js';
 
@@ -44,7 +46,10 @@ function explainBearerKey() {
  * MCP over Streamable HTTP at /mcp, stateless: each POST carries its own JSON-RPC exchange and is
  * served by a server bound to the caller's organisation, so any gateway process can answer it.
  */
-export function mcpRoutes(app: FastifyInstance, deps: { store: Store; config: Config }): void {
+export function mcpRoutes(
+  app: FastifyInstance,
+  deps: { store: Store; config: Config; runtime: { limiter: Limiter } },
+): void {
   app.addHook('onSend', explainBearerKey());
   app.post('/mcp', async (request, reply) => {
     const contexts = new OrgContexts(deps.store, deps.config.contexts.max_bytes, {
@@ -61,6 +66,12 @@ export function mcpRoutes(app: FastifyInstance, deps: { store: Store; config: Co
       void server.close();
     });
     await server.connect(transport);
+    // The transport writes its own head: the caller's rate-limit headers go on before it does.
+    const limits = await currentRateHeaders(
+      { store: deps.store, limiter: deps.runtime.limiter },
+      request.auth,
+    );
+    for (const [name, value] of Object.entries(limits)) reply.raw.setHeader(name, String(value));
     reply.hijack();
     await transport.handleRequest(request.raw, reply.raw, request.body);
   });

@@ -77,6 +77,17 @@ for (const storeCase of storeCases) {
       // Answers that create no work carry the headers too, as the window stands.
       expect(jobs.headers.get('x-ratelimit-limit-requests')).toBe('3');
       expect(jobs.headers.get('x-ratelimit-remaining-requests')).toBe('0');
+      // MCP, whose transport writes its own head, and the files API, outside the main scope.
+      const mcp = await kiln.call('POST', '/mcp', {
+        key,
+        headers: { accept: 'application/json, text/event-stream' },
+        body: { jsonrpc: '2.0', id: 1, method: 'tools/list' },
+      });
+      expect(mcp.status).toBe(200);
+      expect(mcp.headers.get('x-ratelimit-remaining-requests')).toBe('0');
+      const file = await kiln.call('GET', '/v1/files/file_00000000000000000000000000000000', { key });
+      expect(file.status).toBe(404);
+      expect(file.headers.get('x-ratelimit-limit-requests')).toBe('3');
       const unlimited = await kiln.call('GET', '/v1/jobs', { key: await kiln.key('free-org') });
       expect(unlimited.status).toBe(200);
       expect(unlimited.headers.get('x-ratelimit-limit-requests')).toBeNull();
