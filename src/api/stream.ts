@@ -84,6 +84,12 @@ export interface StreamOptions {
    * (the same body as the first): given, the key is honoured; without it, a stream ignores the key.
    */
   replay?: (job: JobRow) => string;
+  /**
+   * Events the stream opens with the moment its job is stored, given the job's id (a background
+   * response's `response.created`): the headers go with them, without waiting for the first output,
+   * and a job that fails before any ends the stream as one that fails later does.
+   */
+  opening?: (id: string) => string;
 }
 
 const RUN_LOST =
@@ -158,21 +164,15 @@ export async function streamJob(
     stopWatchingClient = whenClientGoes(request, reply, gone);
     // Wait for the first output (or the end): a failure before any token is still an ordinary HTTP
     // error, and the route in the headers is the one that produced the output, after any retries.
-    const first = await new Promise<JobEvent>((resolve) => {
-      const isStart = (event: JobEvent) => event.t === 'part' || event.t === 'done';
-      const ready = pending.find(isStart);
-      if (ready) return resolve(ready);
-      deliver = (event) => {
-        pending.push(event);
-        if (isStart(event)) resolve(event);
-      };
-    });
-    if (first.t === 'done') {
-      const job = first.job ?? ((await jobs.store.jobs.byId(id)) as JobRow);
-      if (job.status !== 'completed') {
-        finished = true;
-        throw jobError(job, jobs.poll(job));
-      }
+    // A stream with opening events has its headers now, without a route.
+    const failed = options.opening
+      ? undefined
+      : await firstOutput(jobs, id, pending, (wait) => {
+          deliver = wait;
+        });
+    if (failed) {
+      finished = true;
+      throw failed;
     }
 
     const meta = pending.findLast((e): e is Extract<JobEvent, { t: 'meta' }> => e.t === 'meta')?.meta ?? {};
@@ -186,6 +186,7 @@ export async function streamJob(
     });
 
     const out = new EventWriter(raw, request, options.maxUnsentBytes);
+    if (options.opening) out.write(format.part(options.opening(id)));
     await new Promise<void>((resolve) => {
       let ending = false;
       /** The run whose output this stream relays: the first to send any. */
@@ -229,6 +230,30 @@ export async function streamJob(
     stopWatchingClient();
     off();
   }
+}
+
+/**
+ * Resolves once the job's first output (or its end) is among `pending`, with the job's error when it
+ * ended without completing. `listen` is given what to do with each event heard meanwhile.
+ */
+async function firstOutput(
+  jobs: JobService,
+  id: string,
+  pending: JobEvent[],
+  listen: (deliver: (event: JobEvent) => void) => void,
+): Promise<KilnError | undefined> {
+  const first = await new Promise<JobEvent>((resolve) => {
+    const isStart = (event: JobEvent) => event.t === 'part' || event.t === 'done';
+    const ready = pending.find(isStart);
+    if (ready) return resolve(ready);
+    listen((event) => {
+      pending.push(event);
+      if (isStart(event)) resolve(event);
+    });
+  });
+  if (first.t !== 'done') return undefined;
+  const job = first.job ?? ((await jobs.store.jobs.byId(id)) as JobRow);
+  return job.status === 'completed' ? undefined : jobError(job, jobs.poll(job));
 }
 
 /**

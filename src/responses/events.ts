@@ -86,9 +86,11 @@ interface OpenCall {
  * Chat-completion chunks as Responses stream events, numbered from 0: `response.created` and
  * `response.in_progress`, then for each output item `output_item.added`, its content or arguments
  * deltas and their `done` events, `output_item.done`; the terminal event is the caller's (`end`).
+ * A background stream's first two events are the gateway's (opening.ts): `opened`, this numbers
+ * from 2 and starts with `response.in_progress` alone.
  */
 export class ResponseEvents {
-  #seq = 0;
+  #seq: number;
   readonly #items: Array<OpenMessage | OpenCall> = [];
   #message: OpenMessage | undefined;
   /** Open calls by the chunk's `tool_calls[].index`. */
@@ -101,7 +103,10 @@ export class ResponseEvents {
     private readonly send: (text: string, seq: number) => void,
     /** The id of the output item of `type` at `index` (items.ts). */
     private readonly ids: (type: string, index: number) => string,
-  ) {}
+    private readonly opened = false,
+  ) {
+    this.#seq = opened ? 2 : 0;
+  }
 
   get started(): boolean {
     return this.#started;
@@ -116,10 +121,10 @@ export class ResponseEvents {
     this.send(frame({ ...event, sequence_number: seq }), seq);
   }
 
-  /** `response.created` and `response.in_progress`, with the response as it is now. */
+  /** `response.created` (unless opened) and `response.in_progress`, with the response as it is now. */
   start(response: Record<string, unknown>): void {
     this.#started = true;
-    this.#emit({ type: 'response.created', response });
+    if (!this.opened) this.#emit({ type: 'response.created', response });
     this.#emit({ type: 'response.in_progress', response });
   }
 

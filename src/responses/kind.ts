@@ -9,6 +9,7 @@ import { ResponseEvents } from './events.js';
 import { chatMessages } from './input.js';
 import { outputIds } from './items.js';
 import { ResponseLog } from './log.js';
+import { opensQueued } from './opening.js';
 import {
   endOf,
   outputItems,
@@ -69,45 +70,49 @@ export function responseKind(deps: ChatDeps): JobKind<ResponseJobRequest> {
     ),
     async run(job, signal) {
       const { request } = job;
-      const router = deps.router();
-      const model = router.resolve(request.model);
-      if (!model)
-        throw new JobFailure('inference-failed', `no persona or served model named ${request.model}`);
-      // Persona and contexts first, then the conversation so far: the prefix every turn shares.
-      const before: ChatMessage[] = [
-        ...(await preamble(deps.store, job.orgId, { ...request, includeUsage: false, body: {} }, router)),
-        ...(request.instructions ? [{ role: 'system', content: request.instructions }] : []),
-      ];
-      const earlier = await conversation(deps.store, job.orgId, request.previous);
-      const origins: number[] = [];
-      const own = chatMessages([...earlier, ...request.input], origins);
-      const messages = [...before, ...(await inlineMessageImages(own, deps.images, signal))];
-      // An engine's refusal of a message is said of the input item it came from.
-      const inputItem = (n: number) => {
-        const item = (origins[n - before.length] ?? -1) - earlier.length;
-        return item >= 0 ? `input[${item}]` : undefined;
-      };
-      const body = { ...(model.persona?.defaults ?? {}), ...request.chat };
       const base = { id: job.publicId, model: request.model, createdAt: createdAtOf(job.id) };
       const response = (state: Partial<ResponseState>) =>
         responseObject({ ...base, status: 'in_progress', ...state }, request.echo);
-      // A background stream keeps its events, so a client can resume it from any gateway.
-      const log =
-        request.echo.background && request.echo.stream
-          ? new ResponseLog(deps.store, job.id, job.attempt)
-          : undefined;
+      // A background stream keeps its events, so a client can resume it from any gateway; its
+      // gateway sent its opening events already.
+      const opened = opensQueued(request);
+      const log = opened ? new ResponseLog(deps.store, job.id, job.attempt) : undefined;
       const events = request.echo.stream
-        ? new ResponseEvents((text, seq) => {
-            job.publish(text);
-            log?.add(seq, text);
-          }, outputIds(job.id))
+        ? new ResponseEvents(
+            (text, seq) => {
+              job.publish(text);
+              log?.add(seq, text);
+            },
+            outputIds(job.id),
+            opened,
+          )
         : undefined;
       const onChunk = (chunk: ChatChunk) => {
         if (!events) return;
         if (!events.started) events.start(response({}));
         events.chunk(chunk);
       };
+      // An engine's refusal of a message is said of the input item it came from.
+      let inputItem: (n: number) => string | undefined = () => undefined;
       try {
+        const router = deps.router();
+        const model = router.resolve(request.model);
+        if (!model)
+          throw new JobFailure('inference-failed', `no persona or served model named ${request.model}`);
+        // Persona and contexts first, then the conversation so far: the prefix every turn shares.
+        const before: ChatMessage[] = [
+          ...(await preamble(deps.store, job.orgId, { ...request, includeUsage: false, body: {} }, router)),
+          ...(request.instructions ? [{ role: 'system', content: request.instructions }] : []),
+        ];
+        const earlier = await conversation(deps.store, job.orgId, request.previous);
+        const origins: number[] = [];
+        const own = chatMessages([...earlier, ...request.input], origins);
+        const messages = [...before, ...(await inlineMessageImages(own, deps.images, signal))];
+        inputItem = (n: number) => {
+          const item = (origins[n - before.length] ?? -1) - earlier.length;
+          return item >= 0 ? `input[${item}]` : undefined;
+        };
+        const body = { ...(model.persona?.defaults ?? {}), ...request.chat };
         const { completion, route } = await chatThroughRouter(job, router, {
           model,
           messages,
@@ -136,9 +141,10 @@ export function responseKind(deps: ChatDeps): JobKind<ResponseJobRequest> {
         return { result, usage: ledgerUnits(completion, messages) };
       } catch (caught) {
         const failure = renameMessages(caught, inputItem);
-        // A stream that has begun ends with `response.failed`; before any output the caller gets an HTTP error.
-        if (events?.started && failure instanceof JobFailure && !signal.aborted) {
-          events.end(
+        // A stream that has begun ends with `response.failed`, as does a background one, whose
+        // caller had its opening events; before any output another caller gets an HTTP error.
+        if ((events?.started || opened) && failure instanceof JobFailure && !signal.aborted) {
+          events?.end(
             'response.failed',
             response({ status: 'failed', error: responseError(failure.code, failure.message) }),
           );

@@ -2,6 +2,7 @@ import type { ChatChunk } from '../engines/types.js';
 import type { JobRow } from '../store/types.js';
 import { ResponseEvents } from './events.js';
 import { outputIds } from './items.js';
+import { openingText, opensQueued } from './opening.js';
 import { responseObject } from './output.js';
 import { createdAtOf, RESPONSE_PREFIX } from './present.js';
 import type { Item, ResponseJobRequest } from './schema.js';
@@ -12,17 +13,24 @@ const chunkOf = (delta: Record<string, unknown>) =>
 
 /**
  * A completed streamed response again, for a retry with its Idempotency-Key: the events a stream of
- * its stored output makes, numbered from 0 — `response.created` and `response.in_progress`, each
+ * its stored output makes, numbered from 0 — `response.created` (and `response.queued` for a
+ * background one) and `response.in_progress`, each
  * output item with its text or arguments as one delta, and the terminal event with the response as
  * stored. The same ids and text as the first stream; fewer deltas.
  */
 export function responseReplay(job: JobRow): string {
   const request = JSON.parse(job.request) as ResponseJobRequest;
   const response = JSON.parse(job.result ?? '{}') as Record<string, unknown> & { output?: Item[] };
-  let events = '';
-  const stream = new ResponseEvents((text) => {
-    events += text;
-  }, outputIds(job.id));
+  // A background stream opened with the gateway's events; the run's are numbered after them.
+  const opened = opensQueued(request);
+  let events = opened ? openingText(job.id, request) : '';
+  const stream = new ResponseEvents(
+    (text) => {
+      events += text;
+    },
+    outputIds(job.id),
+    opened,
+  );
   const base = { id: `${RESPONSE_PREFIX}${job.id}`, model: request.model, createdAt: createdAtOf(job.id) };
   stream.start(responseObject({ ...base, status: 'in_progress' }, request.echo));
   let calls = 0;

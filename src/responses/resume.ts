@@ -35,6 +35,8 @@ export async function resumeStream(
   jobs: JobService,
   id: string,
   startingAfter: number,
+  /** The stream's opening events, which the log does not hold (opening.ts). */
+  opening: readonly ResponseEvent[],
   maxUnsentBytes: number,
   /** Written with the head: the caller's `x-ratelimit-*`, which the onSend hook cannot add here. */
   headers: Record<string, string> = {},
@@ -44,7 +46,7 @@ export async function resumeStream(
     await heard.start();
     reply.hijack();
     try {
-      await relay(reply.raw, request, jobs, id, startingAfter, heard, maxUnsentBytes, headers);
+      await relay(reply.raw, request, jobs, id, startingAfter, opening, heard, maxUnsentBytes, headers);
     } catch (error) {
       // Past the headers there is no status to answer: the client sees the stream cut, and resumes.
       request.log.error({ err: error, job_id: id }, 'resuming a response stream failed');
@@ -113,6 +115,7 @@ async function relay(
   jobs: JobService,
   id: string,
   startingAfter: number,
+  opening: readonly ResponseEvent[],
   heard: Heard,
   maxUnsentBytes: number,
   headers: Record<string, string>,
@@ -140,6 +143,7 @@ async function relay(
     }
   };
 
+  for (const event of opening) if (event.seq > last) write(event);
   await fromLog(false);
   // Nothing to send yet (a queued job, or one between events): the client still gets its headers.
   if (last === startingAfter) raw.flushHeaders();

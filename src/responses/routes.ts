@@ -18,6 +18,7 @@ import { responsesFormat } from './events.js';
 import { chatFields, chatMessages, inputItems, Problems, unmatchedOutputs } from './input.js';
 import { inputItemsOf, resolveReferences } from './items.js';
 import { conversation } from './kind.js';
+import { openingEvents, openingText, opensQueued } from './opening.js';
 import { RESPONSE_PREFIX, responseOf } from './present.js';
 import { responseReplay } from './replay.js';
 import { resumeStream } from './resume.js';
@@ -180,6 +181,7 @@ export function responseRoutes(app: FastifyInstance, deps: AppDeps): void {
           headers: routeOf,
           maxUnsentBytes: deps.config.streams.max_unsent_bytes,
           replay: responseReplay,
+          ...(background ? { opening: (id: string) => openingText(id, job) } : {}),
         });
       }
       return submitJob(
@@ -205,8 +207,8 @@ export function responseRoutes(app: FastifyInstance, deps: AppDeps): void {
     async (request, reply) => {
       const job = await find(request.auth.org_id, request.params.id);
       if (!request.query.stream) return responseOf(job);
-      const { echo } = JSON.parse(job.request) as ResponseJobRequest;
-      if (!(echo.background && echo.stream)) {
+      const stored = JSON.parse(job.request) as ResponseJobRequest;
+      if (!opensQueued(stored)) {
         throw validationError([
           {
             field: 'stream',
@@ -222,6 +224,7 @@ export function responseRoutes(app: FastifyInstance, deps: AppDeps): void {
         deps.jobs,
         job.id,
         request.query.starting_after ?? -1,
+        openingEvents(job.id, stored),
         deps.config.streams.max_unsent_bytes,
         await currentRateHeaders({ store: deps.store, limiter: deps.runtime.limiter }, request.auth),
       );

@@ -8,10 +8,10 @@ import type { LlmSim } from '../../src/sim/llm/server.js';
 import type { PublishedEvent, Store } from '../../src/store/index.js';
 import { closeAll, engine, simPool } from '../chat/fleet.js';
 import { insertJob } from '../helpers/jobs.js';
-import { expectValidStreamEvent } from '../helpers/openai-schema.js';
 import { killAll, startServerProcess } from '../helpers/process.js';
 import { startTestServer, type TestServer } from '../helpers/server.js';
 import { caseTitle, freshStore, storeCases } from '../helpers/stores.js';
+import { takeEvents } from './take.js';
 
 /**
  * A background response created streaming can be streamed again, from where the client left off:
@@ -34,24 +34,8 @@ const ask = {
 } as const;
 
 /** The first `n` events, then the connection goes away; each held to OpenAI's schema for its type. */
-async function firstEvents(stream: AsyncIterable<StreamEvent>, n: number): Promise<StreamEvent[]> {
-  const events: StreamEvent[] = [];
-  for await (const event of stream) {
-    expectValidStreamEvent(event);
-    events.push(event);
-    if (events.length >= n) break;
-  }
-  return events;
-}
-
-async function allEvents(stream: AsyncIterable<StreamEvent>): Promise<StreamEvent[]> {
-  const events: StreamEvent[] = [];
-  for await (const event of stream) {
-    expectValidStreamEvent(event);
-    events.push(event);
-  }
-  return events;
-}
+const firstEvents = (stream: AsyncIterable<StreamEvent>, n: number) => takeEvents(stream, n);
+const allEvents = (stream: AsyncIterable<StreamEvent>) => takeEvents(stream);
 
 /** The events are the whole stream, 0 to its terminal event; answers the final response. */
 function expectWhole(events: StreamEvent[]): OpenAI.Responses.Response {
