@@ -50,10 +50,18 @@ describe.each(storeCases)('a streamed response retried with its Idempotency-Key 
   }
 
   it.skipIf(storeCase.skip)(
-    'a text answer and a tool call come back with the same items and response, numbered from 0',
+    'a text answer, a background one and a tool call come back with the same items and response, numbered from 0',
     async () => {
       for (const body of [
         { model: 'm', input: 'Name three glazes.', max_output_tokens: 16, stream: true as const },
+        // A background stream opens with the gateway's two events, again in the replay.
+        {
+          model: 'm',
+          input: 'Name three glazes.',
+          max_output_tokens: 16,
+          stream: true as const,
+          background: true,
+        },
         {
           model: 'm',
           input: 'What is the weather in Lyon? Ask get_weather.',
