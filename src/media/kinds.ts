@@ -99,7 +99,8 @@ async function run(
         fill: (uploaded) => fill(graph, { ...params, ...uploaded }),
         images,
         outputNode: template.output_node,
-        signal: AbortSignal.any([signal, AbortSignal.timeout(lease.runner.timeoutMs)]),
+        // The runner's timeout is the adapter's: it counts once the runner has room for the prompt.
+        signal,
         onProgress: throttledProgress(job),
         // Names the engine span as the parent of whatever the runner traces.
         headers: traceHeaders(),

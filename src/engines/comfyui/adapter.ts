@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { request } from 'undici';
 import WebSocket from 'ws';
 import { EngineError } from '../types.js';
+import { Deadline, roomOnRunner, withinLimit } from './admission.js';
 import { type PromptRefusalBody, promptRefusal } from './refusal.js';
 import type { Workflow } from './workflows.js';
 
@@ -11,7 +12,10 @@ export { ModelMissingError } from './refusal.js';
 export interface RunnerTarget {
   readonly name: string;
   readonly url: string;
+  /** How long a prompt may take once the runner has room for it. */
   readonly timeoutMs: number;
+  /** Prompts the runner may hold at once, anyone's (admission.ts); unset, Kiln does not look. */
+  readonly maxConcurrency?: number;
 }
 
 export interface InputImage {
@@ -86,7 +90,35 @@ export async function runWorkflow(
   const base = runner.url.replace(/\/+$/, '');
   const headers = call.headers ?? {};
   const clientId = randomUUID();
-  const promptId = randomUUID();
+  const limit = runner.maxConcurrency;
+  // The runner's timeout counts while Kiln has work on the runner, not while it waits for room.
+  const deadline = new Deadline(runner.timeoutMs);
+  const signal = AbortSignal.any([call.signal, deadline.signal]);
+  if (limit !== undefined) await roomOnRunner(base, headers, limit, call.signal);
+  deadline.start();
+  try {
+    return await runAdmitted(runner, call, { base, headers, clientId, limit, deadline, signal });
+  } finally {
+    deadline.stop();
+  }
+}
+
+/** The run once the runner has room for it: `runWorkflow` from the uploads on. */
+async function runAdmitted(
+  runner: RunnerTarget,
+  call: Parameters<typeof runWorkflow>[1],
+  run: {
+    base: string;
+    headers: RunnerHeaders;
+    clientId: string;
+    limit: number | undefined;
+    deadline: Deadline;
+    signal: AbortSignal;
+  },
+): Promise<OutputFile[]> {
+  const { base, headers, clientId, limit, deadline, signal } = run;
+  /** The prompt this run has on the runner: a new one for each submission. */
+  let promptId = randomUUID();
 
   const uploaded: Record<string, string> = {};
   for (const image of call.images) {
@@ -102,8 +134,8 @@ export async function runWorkflow(
       method: 'POST',
       headers,
       body: form,
-      signal: call.signal,
-    }).catch(unreachable(runner, call.signal));
+      signal: signal,
+    }).catch(unreachable(runner, signal));
     if (!response.ok)
       throw new EngineError(
         `runner ${runner.name} refused an input image: HTTP ${response.status}`,
@@ -115,7 +147,6 @@ export async function runWorkflow(
   }
 
   const graph = call.fill(uploaded);
-  const prompt = JSON.stringify({ prompt: graph, client_id: clientId, prompt_id: promptId });
   const progress = passProgress(graph);
   const socket = new WebSocket(`${base.replace(/^http/, 'ws')}/ws?clientId=${clientId}`, {
     headers,
@@ -141,7 +172,7 @@ export async function runWorkflow(
   });
   await new Promise<void>((resolve) => {
     const settle = () => {
-      call.signal.removeEventListener('abort', settle);
+      signal.removeEventListener('abort', settle);
       resolve();
     };
     socket.once('open', settle);
@@ -149,23 +180,26 @@ export async function runWorkflow(
     // the result; an error later, or on terminating it while it connects, is as harmless. A cancel
     // or the runner's timeout meanwhile ends the wait.
     socket.on('error', settle);
-    call.signal.addEventListener('abort', settle, { once: true });
+    signal.addEventListener('abort', settle, { once: true });
   });
 
-  if (call.signal.aborted) {
+  if (signal.aborted) {
     socket.terminate();
-    throw call.signal.reason;
+    throw signal.reason;
   }
 
   // Once POST /prompt is sent the runner may hold the prompt: an abort from then on takes it back
   // (withdrawPrompt), after the submission has settled so the runner knows the id, and the run
   // ends only when the runner has been told.
-  const submission = request(`${base}/prompt`, {
-    method: 'POST',
-    headers: { ...headers, 'content-type': 'application/json' },
-    body: prompt,
-    signal: AbortSignal.timeout(SUBMIT_TIMEOUT_MS),
-  });
+  const submit = () =>
+    request(`${base}/prompt`, {
+      method: 'POST',
+      headers: { ...headers, 'content-type': 'application/json' },
+      body: JSON.stringify({ prompt: graph, client_id: clientId, prompt_id: promptId }),
+      signal: AbortSignal.timeout(SUBMIT_TIMEOUT_MS),
+    });
+  /** The submission of the prompt the runner may hold; undefined while it holds none of this run's. */
+  let submission: ReturnType<typeof submit> | undefined;
   let withdrawal: Promise<void> | undefined;
   let stopWaiting: (reason: unknown) => void = () => undefined;
   const aborted = new Promise<never>((_, reject) => {
@@ -173,36 +207,52 @@ export async function runWorkflow(
   });
   aborted.catch(() => undefined);
   const onAbort = () => {
-    const withdraw = () => withdrawPrompt(base, promptId, headers);
-    withdrawal = submission.then((answer) => {
-      void answer.body.dump().catch(() => undefined);
-      return withdraw();
-    }, withdraw);
-    stopWaiting(call.signal.reason);
+    const sent = submission;
+    const id = promptId;
+    if (sent) {
+      const withdraw = () => withdrawPrompt(base, id, headers);
+      withdrawal = sent.then((answer) => {
+        void answer.body.dump().catch(() => undefined);
+        return withdraw();
+      }, withdraw);
+    }
+    stopWaiting(signal.reason);
   };
-  call.signal.addEventListener('abort', onAbort, { once: true });
+  signal.addEventListener('abort', onAbort, { once: true });
   // Ends the history backstop once the run is over, however it ended.
   const over = new AbortController();
 
   try {
-    const submitted = await Promise.race([submission, aborted]).catch(unreachable(runner, call.signal));
-    const text = await submitted.body.text();
-    if (submitted.statusCode >= 400) throw promptRefusal(parseRefusal(text, submitted.statusCode));
+    for (;;) {
+      submission = submit();
+      const submitted = await Promise.race([submission, aborted]).catch(unreachable(runner, signal));
+      const text = await submitted.body.text();
+      if (submitted.statusCode >= 400) throw promptRefusal(parseRefusal(text, submitted.statusCode));
+      if (limit === undefined || (await withinLimit(base, promptId, headers, limit, signal))) break;
+      // Another process's prompt took the room at the same moment, ahead of this one: this one
+      // is taken back before it runs, and waits for room again, off the clock.
+      deadline.stop();
+      submission = undefined;
+      await withdrawPrompt(base, promptId, headers);
+      await roomOnRunner(base, headers, limit, signal);
+      deadline.start();
+      promptId = randomUUID();
+    }
 
-    const backstop = historyDone(base, promptId, headers, AbortSignal.any([call.signal, over.signal]));
+    const backstop = historyDone(base, promptId, headers, AbortSignal.any([signal, over.signal]));
     const outcome = await Promise.race([finished, backstop, aborted]);
     if (outcome === 'interrupted')
       throw new EngineError(`runner ${runner.name} interrupted the prompt`, 'broken', false);
     if (typeof outcome === 'object')
       throw new EngineError(`runner ${runner.name}: ${outcome.error}`, 'broken', false);
-    return await fetchOutputs(base, promptId, call.outputNode, headers, call.signal);
+    return await fetchOutputs(base, promptId, call.outputNode, headers, signal);
   } catch (error) {
-    if (!call.signal.aborted) throw error;
+    if (!signal.aborted) throw error;
     await withdrawal;
-    throw call.signal.reason;
+    throw signal.reason;
   } finally {
     over.abort();
-    call.signal.removeEventListener('abort', onAbort);
+    signal.removeEventListener('abort', onAbort);
     socket.terminate();
   }
 }

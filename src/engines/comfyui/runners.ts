@@ -26,6 +26,10 @@ export class Runner implements RunnerTarget {
   get url(): string {
     return this.config.url;
   }
+
+  get maxConcurrency(): number {
+    return this.config.max_concurrency;
+  }
 }
 
 /** Every runner that serves the model is down: the job fails now rather than wait for one. */
