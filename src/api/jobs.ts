@@ -66,13 +66,30 @@ export function jobRoutes(
       { schema: { querystring: ListJobsQuery } },
       async (request) => {
         const { status, kind, limit = 20, after } = request.query;
+        // A kind misspelt, or a cursor that is no job id, would look like an empty list: said instead.
+        const kinds = jobs.kinds.names();
+        const cursor = after ? parseJobId(after)?.id : undefined;
+        const problems = [
+          ...(kind && !kinds.includes(kind)
+            ? [{ field: 'kind', rule: 'enum', message: `kind must be one of ${kinds.join(', ')}` }]
+            : []),
+          ...(after && cursor === undefined
+            ? [
+                {
+                  field: 'after',
+                  rule: 'format',
+                  message: 'after must be a job id: the last id of the previous page',
+                },
+              ]
+            : []),
+        ];
+        if (problems.length > 0) throw validationError(problems);
         const page = await jobs.store.jobs.list(request.auth.org_id, {
           limit,
           now: Date.now(),
           ...(status ? { status } : {}),
           ...(kind ? { kind } : {}),
-          // An unparseable cursor matches nothing rather than everything.
-          ...(after ? { after: parseJobId(after)?.id ?? '' } : {}),
+          ...(cursor ? { after: cursor } : {}),
         });
         const data = page.data.map((job) => jobs.poll(job));
         return { object: 'list', data, has_more: page.has_more, last_id: data.at(-1)?.id ?? null };

@@ -29,13 +29,12 @@ const parse = (text: string | null): unknown => {
   }
 };
 
-/** A job's route facts without the replica's address: callers see engines by name and index only. */
-function withoutAddresses(meta: unknown): unknown {
-  if (!meta || typeof meta !== 'object') return meta;
-  const route = (meta as { route?: Record<string, unknown> }).route;
-  if (!route || typeof route !== 'object') return meta;
-  const { url: _address, ...shown } = route;
-  return { ...meta, route: shown };
+/** The route a job's run recorded, without the replica's address: engines by name and index only. */
+function routeShown(meta: unknown): Record<string, unknown> | null {
+  const route = (meta as { route?: unknown } | null)?.route;
+  if (!route || typeof route !== 'object') return null;
+  const { url: _address, ...shown } = route as Record<string, unknown>;
+  return shown;
 }
 
 const seconds = (ms: number | null) => (ms === null ? null : Math.floor(ms / 1000));
@@ -89,7 +88,7 @@ export function consoleApiRoutes(app: FastifyInstance, deps: AppDeps): void {
       mode: job.mode,
       attempts: job.attempts,
       request: abridged(parse(job.request)),
-      route: withoutAddresses(parse(job.meta)),
+      route: routeShown(parse(job.meta)),
       webhook: job.webhook_url
         ? {
             url: webhookTarget(job.webhook_url),

@@ -139,7 +139,10 @@ export const JobDetails = json(
     mode: oneOf(['sync', 'stream', 'async']),
     attempts: Type.Integer({ minimum: 0 }),
     request: Type.Unknown({ description: 'the stored request, every string over 200 characters cut' }),
-    route: Type.Unknown({ description: 'where it ran: engine and replica by name and index, no address' }),
+    route: Type.Union([Type.Record(Type.String(), Type.Unknown()), Type.Null()], {
+      description:
+        'where it ran (a chat or response job): class, engine and replica index, never the address; null for none',
+    }),
     webhook: Nullable(
       Type.Object({
         url: Nullable(Type.String({ description: 'the receiver, without its query string' })),

@@ -276,14 +276,18 @@ for (const storeCase of storeCases) {
         ),
       ).toBe(true);
       expect((await kiln.call('GET', '/v1/jobs?status=nope')).status).toBe(400);
-      expect((await kiln.call('GET', '/v1/jobs?kind=none')).body.data).toEqual([]);
-      // A cursor that is no job id (corrupted, truncated) ends the list rather than starting it again,
-      // so a client paging with it cannot loop.
-      for (const after of ['zzz', 'chatcmpl-xyz', '%20'])
-        expect((await kiln.call('GET', `/v1/jobs?after=${after}`)).body).toMatchObject({
-          data: [],
-          has_more: false,
-        });
+      // A misspelt kind, or a cursor that is no job id (corrupted, truncated), is refused: an empty
+      // list would look like no jobs, or the end of them.
+      const none = await kiln.call('GET', '/v1/jobs?kind=none');
+      expect(none.status).toBe(400);
+      expect(none.body.error.details).toEqual([
+        expect.objectContaining({ field: 'kind', message: expect.stringContaining('test.sleep') }),
+      ]);
+      for (const after of ['zzz', 'chatcmpl-xyz', '%20']) {
+        const refused = await kiln.call('GET', `/v1/jobs?after=${after}`);
+        expect(refused.status).toBe(400);
+        expect(refused.body.error.details).toEqual([expect.objectContaining({ field: 'after' })]);
+      }
     });
 
     it('the usage ledger has one row per terminal job, summed per kind, per organisation', async () => {

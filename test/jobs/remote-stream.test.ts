@@ -277,11 +277,11 @@ describe.skipIf(postgres.skip)(
       const cancelled = await gateway.call('POST', `/v1/jobs/${submitted.body.id}/cancel`);
       expect(cancelled.body).toMatchObject({ status: 'cancelled' });
       // The cancel reached the worker, which stopped the engine and keeps where it ran.
-      let route: unknown;
-      while (route === undefined && Date.now() < deadline) {
+      let route: unknown = null;
+      while (route === null && Date.now() < deadline) {
         const details = await gateway.call('GET', `/api/v1/jobs/${submitted.body.id}/details`);
-        route = details.body.route?.route;
-        if (route === undefined) await new Promise((r) => setTimeout(r, 50));
+        route = details.body.route;
+        if (route === null) await new Promise((r) => setTimeout(r, 50));
       }
       expect(route).toMatchObject({ class: 'unique', engine: 'remote-pool', replica: 0 });
       while (sim.stats().running > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
