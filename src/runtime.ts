@@ -59,6 +59,8 @@ export async function createRuntime(
   logger: Logger,
   extraKinds: Iterable<JobKind<never, unknown>> = [],
 ): Promise<Runtime> {
+  // Before anything opens: a policy the configuration cannot make leaves nothing running.
+  const policy = createOutboundPolicy(config.security);
   const store = openStore(config.store);
   try {
     const applied = await store.migrate();
@@ -81,7 +83,6 @@ export async function createRuntime(
   await memory.start();
   let router = new Router(config, logger.child({ component: 'router' }), memory);
   router.start();
-  const policy = createOutboundPolicy(config.security);
   // Until the server listens, file URLs use the configured address (kiln worker never listens).
   let publicUrl = config.public_url || `http://${config.host}:${config.port}`;
   const files = await FileService.create(store, config, () => publicUrl);

@@ -208,7 +208,7 @@ async function backup(file: string, options: { force?: boolean }, command: Comma
   const existing = statOf(dest);
   if (existing?.isDirectory()) {
     throw new UsageError(
-      `${dest} is a directory; name the backup file, such as ${path.join(dest, 'kiln.db')}`,
+      `${dest} is a directory; name the backup file, such as ${path.join(dest, 'kiln-backup.db')}`,
     );
   }
   if (existing && !options.force) throw new UsageError(`${dest} exists already; add --force to replace it`);

@@ -11,12 +11,17 @@ export const TIMER_MAX_MS = 24 * 86_400_000;
  * a timer waits for (most) is at most TIMER_MAX_MS (the `maxMs` keyword, checked by loadConfig);
  * a retention or a URL's lifetime, only compared with dates, is not (`timer: false`).
  */
-export function Duration(fallback: string, description: string, { timer = true } = {}) {
+export function Duration(
+  fallback: string,
+  description: string,
+  { timer = true, minMs }: { timer?: boolean; minMs?: number } = {},
+) {
   return Type.String({
     default: fallback,
     pattern: '^[0-9]+(ms|s|m|h|d)$',
     allowed: 'a duration such as 250ms, 5s, 2m, 1h or 7d',
     ...(timer ? { maxMs: TIMER_MAX_MS } : {}),
+    ...(minMs !== undefined ? { minMs } : {}),
     description,
   });
 }

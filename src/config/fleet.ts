@@ -95,7 +95,8 @@ export const EngineSchema = Type.Object(
 
 export const PersonaSchema = Type.Object(
   {
-    model: Type.String({ pattern: NAME, description: 'a model some local engine serves' }),
+    // Any name an engine's `models` may give, such as meta-llama/Llama-3.1-8B-Instruct.
+    model: Type.String({ minLength: 1, description: 'a model some local engine serves' }),
     description: Type.Optional(Type.String()),
     system: Type.Optional(Type.String({ description: 'system preamble put before the caller’s messages' })),
     contexts: Type.Array(Type.String(), {

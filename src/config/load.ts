@@ -2,19 +2,15 @@ import { existsSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { Ajv, type ErrorObject } from 'ajv';
 import { parse as parseYaml } from 'yaml';
+import { securityProblems } from '../net/policy.js';
 import { parseDuration } from './duration.js';
+import { ConfigError } from './error.js';
 import { fleetProblems } from './fleet.js';
 import { type Config, ConfigSchema } from './schema.js';
 
 const DURATION = /^[0-9]+(ms|s|m|h|d)$/;
 
-/** A configuration that cannot start Kiln; `problems` name each key and what is allowed. */
-export class ConfigError extends Error {
-  constructor(readonly problems: string[]) {
-    super(`invalid configuration:\n${problems.map((p) => `  - ${p}`).join('\n')}`);
-    this.name = 'ConfigError';
-  }
-}
+export { ConfigError } from './error.js';
 
 interface JsonSchema {
   type?: string;
@@ -91,6 +87,8 @@ function describeProblem(error: ErrorObject, sources: Map<string, string>): stri
     allowed = `must be an integer${schema.minimum !== undefined ? ` from ${schema.minimum}` : ''}${schema.maximum !== undefined ? ` to ${schema.maximum}` : ''}`;
   else if (error.keyword === 'maxMs')
     allowed = "must be a duration of at most 24d (Node's timers hold no more)";
+  else if (error.keyword === 'minMs')
+    allowed = `must be a duration of at least ${(error.schema as number) / 1000}s`;
   else if (schema?.pattern) allowed = `must be ${schema.allowed ?? `text matching ${schema.pattern}`}`;
   return `${key}: ${allowed}; got ${JSON.stringify(error.data)}${from}`;
 }
@@ -167,6 +165,13 @@ export function loadConfig(options: LoadOptions = {}): Config & { configFile: st
     schemaType: 'number',
     validate: (max: number, text: string) => !DURATION.test(text) || parseDuration(text) <= max,
   });
+  // A duration some work repeats at must leave the process time for anything else (`minMs`).
+  ajv.addKeyword({
+    keyword: 'minMs',
+    type: 'string',
+    schemaType: 'number',
+    validate: (min: number, text: string) => !DURATION.test(text) || parseDuration(text) >= min,
+  });
   const validate = ajv.compile(ConfigSchema);
   if (!validate(raw)) {
     const errors = validate.errors ?? [];
@@ -176,8 +181,8 @@ export function loadConfig(options: LoadOptions = {}): Config & { configFile: st
     throw new ConfigError(problems.map((e) => describeProblem(e, sources)));
   }
   const config = raw as unknown as Config & { configFile: string | undefined; store: { url: string } };
-  const fleet = fleetProblems(config);
-  if (fleet.length > 0) throw new ConfigError(fleet);
+  const problems = [...fleetProblems(config), ...securityProblems(config.security)];
+  if (problems.length > 0) throw new ConfigError(problems);
   const dataDir = path.resolve(config.data_dir);
   const resolved = {
     ...config,

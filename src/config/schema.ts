@@ -113,7 +113,9 @@ export const ConfigSchema = Type.Object(
           'how long terminal jobs, their results and files are kept (then 410, and 404 once purged)',
           { timer: false },
         ),
-        purge_interval: Duration('30s', 'how often the purge deletes what is past its retention'),
+        purge_interval: Duration('30s', 'how often the purge deletes what is past its retention', {
+          minMs: 1000,
+        }),
         sync_timeout: Duration('5m', 'longest `Prefer: wait=N` an async submission is answered after'),
       },
       { default: {}, additionalProperties: false },

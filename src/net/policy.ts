@@ -1,6 +1,6 @@
 import dns from 'node:dns';
 import { isIP } from 'node:net';
-import { ConfigError } from '../config/load.js';
+import { ConfigError } from '../config/error.js';
 import type { Config } from '../config/schema.js';
 import { KilnError } from '../errors.js';
 import {
@@ -83,7 +83,7 @@ interface AllowList {
   blocks: readonly Cidr[];
 }
 
-function parseAllowHosts(entries: readonly string[]): AllowList {
+function parseAllowHosts(entries: readonly string[]): AllowList & { problems: string[] } {
   const names = new Set<string>();
   const blocks: Cidr[] = [];
   const problems: string[] = [];
@@ -97,8 +97,20 @@ function parseAllowHosts(entries: readonly string[]): AllowList {
         `security.allow_hosts[${i}]: '${entry}' is neither a host name nor an IP address or CIDR`,
       );
   });
-  if (problems.length > 0) throw new ConfigError(problems);
-  return { names, blocks };
+  return { names, blocks, problems };
+}
+
+/** What is wrong with `allow_hosts` and `dns_servers`, for loadConfig to say with the rest. */
+export function securityProblems(security: Config['security']): string[] {
+  const problems = parseAllowHosts(security.allow_hosts).problems;
+  if (security.dns_servers.length > 0) {
+    try {
+      new dns.promises.Resolver().setServers(security.dns_servers);
+    } catch (error) {
+      problems.push(`security.dns_servers: ${(error as Error).message}`);
+    }
+  }
+  return problems;
 }
 
 type Resolve = (host: string) => Promise<string[]>;
@@ -131,6 +143,7 @@ function serversResolve(servers: readonly string[]): Resolve {
 /** Builds the policy once from the validated configuration; a malformed entry is a ConfigError. */
 export function createOutboundPolicy(security: Config['security']): OutboundPolicy {
   const allow = parseAllowHosts(security.allow_hosts);
+  if (allow.problems.length > 0) throw new ConfigError(allow.problems);
   const resolve = security.dns_servers.length > 0 ? serversResolve(security.dns_servers) : systemResolve;
 
   const allowed = (host: string, address: string) => {

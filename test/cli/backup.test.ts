@@ -237,6 +237,21 @@ describe('kiln backup and kiln restore on SQLite', () => {
     expect(leftovers(work)).toEqual([]);
   });
 
+  it('given the data dir, names a backup file that is not the store itself, and that name works', async () => {
+    // The store where it is by default: kiln.db in the data dir.
+    const dataDir = mkdtempSync(path.join(work, 'data-'));
+    const own = kilnWith({ cwd: work, env: { KILN_DATA_DIR: dataDir } });
+    expect((await own(['migrate'])).code).toBe(0);
+    const refused = await own(['backup', dataDir]);
+    expect(refused.code).toBe(1);
+    const suggested = /such as (\S+)\n$/.exec(refused.stderr)?.[1] as string;
+    expect(path.dirname(suggested)).toBe(dataDir);
+    const taken = await own(['backup', suggested]);
+    expect(taken.code, taken.stderr).toBe(0);
+    expect(taken.stdout).toContain(`wrote ${suggested} (`);
+    rmSync(dataDir, { recursive: true, force: true });
+  });
+
   it('refuses where there is no store, naming the file it looked for, and writes nothing', async () => {
     const empty = mkdtempSync(path.join(work, 'nowhere-'));
     const result = await kilnWith({ cwd: empty })(['backup', 'kiln.db']);

@@ -1,4 +1,4 @@
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -439,5 +439,19 @@ describe('kiln serve', () => {
     expect(result.code).not.toBe(0);
     expect(result.stdout).toBe('');
     expect(result.stderr).toMatch(/^kiln: invalid configuration:\n {2}- port: .*"abc" \(from KILN_PORT\)\n$/);
+  });
+
+  it('exits on a bad security.dns_servers or allow_hosts too, before it opens anything', async () => {
+    const dataDir = mkdtempSync(path.join(workDir, 'serve-'));
+    const kiln = kilnWith({ cwd: workDir, env: { KILN_DATA_DIR: dataDir, KILN_PORT: '0' } });
+    const result = await kiln(['serve'], {
+      env: { KILN_SECURITY_DNS_SERVERS: 'abc', KILN_SECURITY_ALLOW_HOSTS: '10.0.0.0/99' },
+    });
+    expect(result.code).toBe(1);
+    expect(result.stderr).toMatch(
+      /^kiln: invalid configuration:\n {2}- security\.allow_hosts\[0\]: '10\.0\.0\.0\/99' is neither .*\n {2}- security\.dns_servers: .*abc.*\n$/,
+    );
+    // Nothing was opened: no store in the data dir.
+    expect(existsSync(path.join(dataDir, 'kiln.db'))).toBe(false);
   });
 });

@@ -165,6 +165,41 @@ describe('configuration', () => {
     ]);
   });
 
+  it('says what is wrong with security.allow_hosts and dns_servers, both at once', () => {
+    const yaml = file(
+      'security.yaml',
+      ['security:', '  allow_hosts: ["10.0.0.0/99", ok.internal]', '  dns_servers: [abc]'].join('\n'),
+    );
+    expect(problemsOf(() => loadConfig({ env: {}, file: yaml }))).toEqual([
+      "security.allow_hosts[0]: '10.0.0.0/99' is neither a host name nor an IP address or CIDR",
+      expect.stringMatching(/^security\.dns_servers: .*abc/),
+    ]);
+  });
+
+  it('takes a persona of a model whose public name has a slash, as an engine may serve', () => {
+    const config = loadConfig({
+      env: {},
+      file: file(
+        'slash.yaml',
+        [
+          'engines:',
+          '  local: { replicas: [http://127.0.0.1:9000], models: { meta-llama/Llama-3.1-8B-Instruct: llama } }',
+          'personas:',
+          '  helper: { model: meta-llama/Llama-3.1-8B-Instruct }',
+        ].join('\n'),
+      ),
+    });
+    expect(config.personas.helper?.model).toBe('meta-llama/Llama-3.1-8B-Instruct');
+  });
+
+  it('refuses a purge interval under a second, which would keep a CPU busy', () => {
+    expect(
+      problemsOf(() => loadConfig({ env: { KILN_JOBS_PURGE_INTERVAL: '0s' }, file: undefined })),
+    ).toEqual([
+      'jobs.purge_interval: must be a duration of at least 1s; got "0s" (from KILN_JOBS_PURGE_INTERVAL)',
+    ]);
+  });
+
   it('refuses a replica or runner URL that matches the pattern but does not parse', () => {
     const yaml = file(
       'unparsable.yaml',
