@@ -1,14 +1,17 @@
+import { Type } from '@sinclair/typebox';
 import type { FastifyInstance } from 'fastify';
 import type { AppDeps } from '../api/app.js';
 import { KilnError } from '../errors.js';
 import { routeCounts } from '../router/metrics.js';
+
+const NoQuery = Type.Object({}, { additionalProperties: false });
 
 /**
  * `GET /admin/v1/fleet`: the engine pools, their replicas and the ComfyUI runners as this gateway
  * sees them now (admin keys only). Replicas are named by engine and index, never by address.
  */
 export function fleetRoutes(app: FastifyInstance, deps: AppDeps): void {
-  app.get('/admin/v1/fleet', async (request) => {
+  app.get('/admin/v1/fleet', { schema: { querystring: NoQuery } }, async (request) => {
     if (request.auth.role !== 'admin') throw new KilnError('forbidden', 'the fleet view needs an admin key');
     const { fleet, config } = deps.runtime.router();
     const counts = routeCounts();

@@ -115,7 +115,8 @@ export function consoleApiRoutes(app: FastifyInstance, deps: AppDeps): void {
     async (request) => {
       const until = (request.query.until ?? Math.ceil(Date.now() / 1000)) * 1000;
       const day = 86_400_000;
-      const since = (Math.floor(until / day) - (request.query.days ?? 30) + 1) * day;
+      // The days up to the one holding until's last millisecond: an `until` at midnight ends the day before.
+      const since = (Math.floor((until - 1) / day) - (request.query.days ?? 30) + 1) * day;
       const data = await deps.store.usage.daily(request.auth.org_id, Math.max(0, since), until);
       return { object: 'list', since: seconds(Math.max(0, since)), until: seconds(until), data };
     },

@@ -117,6 +117,13 @@ for (const storeCase of storeCases) {
       // A window before any job: nothing.
       const past = await kiln.call('GET', '/api/v1/usage/daily?days=1&until=86400', { key: mine });
       expect(past.body.data).toEqual([]);
+      // `until` at midnight ends the day before it: one day asked is that whole day, the jobs of today
+      // among them when it is tomorrow's midnight.
+      expect(past.body.since).toBe(0);
+      const midnight = (Math.floor(Date.now() / 86_400_000) + 1) * 86_400;
+      const day = await kiln.call('GET', `/api/v1/usage/daily?days=1&until=${midnight}`, { key: mine });
+      expect(day.body.since).toBe(midnight - 86_400);
+      expect(day.body.data.map((r: { jobs: number }) => r.jobs).sort()).toEqual([1, 2]);
     });
 
     it('refuses bad usage/daily queries with 400 and the field', async () => {
@@ -136,6 +143,10 @@ for (const storeCase of storeCases) {
       const forbidden = await kiln.call('GET', '/admin/v1/fleet', { key: member });
       expect(forbidden.status).toBe(403);
       expect(forbidden.body.error.code).toBe('forbidden');
+      // It takes no query: a parameter is refused, as on every other route, not ignored.
+      const asked = await kiln.call('GET', '/admin/v1/fleet?pool=x', { key: kiln.adminKey });
+      expect(asked.status).toBe(400);
+      expect(asked.body.error.details).toEqual([expect.objectContaining({ field: 'pool' })]);
     });
   });
 }
