@@ -143,10 +143,12 @@ export function responseKind(deps: ChatDeps): JobKind<ResponseJobRequest> {
         const failure = renameMessages(caught, inputItem);
         // A stream that has begun ends with `response.failed`, as does a background one, whose
         // caller had its opening events; before any output another caller gets an HTTP error.
-        if ((events?.started || opened) && failure instanceof JobFailure && !signal.aborted) {
-          events?.end(
+        if (events && (events.started || opened) && failure instanceof JobFailure && !signal.aborted) {
+          // What was streamed before the failure stays in its output, its items closed `incomplete`.
+          const output = events.close('incomplete');
+          events.end(
             'response.failed',
-            response({ status: 'failed', error: responseError(failure.code, failure.message) }),
+            response({ status: 'failed', output, error: responseError(failure.code, failure.message) }),
           );
         }
         // The run's own failure is what the job reports, even if its log cannot be written either.
