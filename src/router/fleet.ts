@@ -348,9 +348,10 @@ export class Fleet {
       release: (outcome, usage) => {
         if (released) return;
         released = true;
+        const prefilled = !prefilling;
         prefillDone();
         replica.inFlight--;
-        policy.observe?.(replica, request.routing, choice, { ok: outcome === 'ok', ...usage });
+        policy.observe?.(replica, request.routing, choice, { ok: outcome === 'ok', prefilled, ...usage });
         if (outcome === 'ok') replica.failures = 0;
         else if (outcome.kind !== 'rejected' && ++replica.failures >= EJECT_AFTER_FAILURES) {
           replica.ejectedUntil = Date.now() + EJECT_FOR_MS;

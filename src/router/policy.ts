@@ -47,6 +47,8 @@ export interface Choice<R extends ReplicaView = ReplicaView> {
 /** How the request ended on the replica, as far as the policy can learn from it. */
 export interface Outcome {
   ok: boolean;
+  /** Whether the engine sent any of the answer: it had computed the prompt by then. */
+  prefilled?: boolean;
   /** `usage.prompt_tokens` as the engine reported it. */
   promptTokens?: number;
   /** `usage.prompt_tokens_details.cached_tokens` as the engine reported it. */

@@ -71,6 +71,11 @@ export class ReplicaCacheModel {
     }
   }
 
+  /** Forgets the keys of `chain` last used at `tick`, and no later: a touch that did not happen. */
+  untouch(chain: readonly string[], tick: number): void {
+    for (const key of chain) if (this.#blocks.get(key) === tick) this.#blocks.delete(key);
+  }
+
   clear(): void {
     this.#blocks.clear();
   }

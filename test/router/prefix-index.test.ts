@@ -81,4 +81,35 @@ describe('the prefix index and the cache-aware policy', () => {
     expect(policy.choose(only, request('d')).predictedCachedTokens).toBe(0);
     expect(policy.choose(only, request('c')).predictedCachedTokens).toBeGreaterThan(0);
   });
+
+  it('a prompt the replica refused before answering is not predicted cached there; what it had stays', () => {
+    const policy = new CacheAwarePolicy(new PrefixIndex(), { balanceAbsThreshold: 8 });
+    const only = [replica(0)];
+    // The replica holds a shared head of 5 blocks from an earlier prompt.
+    const head = 'shared:'.padEnd(500, '.');
+    const earlier = request('x');
+    const withHead = (tail: string): RoutingRequest => {
+      const text = `${head}${tail}`.padEnd(1000, '!');
+      return { ...earlier, text, blocks: blockChain(text, 100), promptTokens: 250 };
+    };
+    const first = withHead('one');
+    policy.observe(only[0] as ReplicaView, first, policy.choose(only, first), {
+      ok: true,
+      prefilled: true,
+    });
+    // A second prompt on that head is refused (too long, the replica down) before any answer.
+    const refused = withHead('two');
+    const choice = policy.choose(only, refused);
+    expect(choice.predictedCachedTokens).toBe(125);
+    policy.observe(only[0] as ReplicaView, refused, choice, { ok: false, prefilled: false });
+    // Only the head it held before is predicted, not the refused prompt's own blocks.
+    expect(policy.choose(only, withHead('two')).predictedCachedTokens).toBe(125);
+    // A failure after the answer began leaves the prompt cached: the engine had computed it.
+    const broken = withHead('three');
+    policy.observe(only[0] as ReplicaView, broken, policy.choose(only, broken), {
+      ok: false,
+      prefilled: true,
+    });
+    expect(policy.choose(only, withHead('three')).predictedCachedTokens).toBe(249);
+  });
 });

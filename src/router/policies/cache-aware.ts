@@ -31,6 +31,8 @@ interface Memo {
   /** Ticks at which the matched blocks were last used before this request. */
   ticks: number[];
   predictedBlocks: number;
+  /** The tick this request's blocks were recorded at, as the replica's. */
+  touchedAt: number;
 }
 
 /**
@@ -90,9 +92,10 @@ export class CacheAwarePolicy implements RoutingPolicy {
     // The least busy candidate always passes the bound, so there is a best.
     const chosen = best as NonNullable<typeof best>;
     const capacity = this.#capacityBlocks(chosen.replica, request);
-    this.index.replica(chosen.replica.url, capacity).touch(request.blocks, this.index.nextTick());
+    const touchedAt = this.index.nextTick();
+    this.index.replica(chosen.replica.url, capacity).touch(request.blocks, touchedAt);
     this.settings.share?.(chosen.replica.url, request.blocks, capacity);
-    const memo: Memo = { ticks: chosen.ticks, predictedBlocks: chosen.blocks };
+    const memo: Memo = { ticks: chosen.ticks, predictedBlocks: chosen.blocks, touchedAt };
     return {
       replica: chosen.replica,
       predictedCachedTokens: this.#cachedTokens(chosen.blocks, request),
@@ -106,8 +109,16 @@ export class CacheAwarePolicy implements RoutingPolicy {
    */
   observe(replica: ReplicaView, request: RoutingRequest, choice: Choice, outcome: Outcome): void {
     const memo = choice.memo as Memo | undefined;
-    if (!memo || outcome.cachedTokens === undefined || memo.predictedBlocks === 0) return;
+    if (!memo) return;
     const model = this.index.replica(replica.url, this.#capacityBlocks(replica, request));
+    if (!outcome.ok && !outcome.prefilled) {
+      // Refused, or unreachable, before any of the answer: the replica did not take the prompt in,
+      // so the blocks it was predicted to gain are not there. (Other gateways heard of them; they
+      // learn otherwise from the engine's cached-token counts, as for any eviction.)
+      model.untouch(request.blocks.slice(memo.predictedBlocks), memo.touchedAt);
+      return;
+    }
+    if (outcome.cachedTokens === undefined || memo.predictedBlocks === 0) return;
     // Blocks the engine found, with one block of slack: the engine's blocks are tokens, the index's
     // characters, and characters per token is an estimate.
     const foundBlocks = Math.min(
