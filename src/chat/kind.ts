@@ -203,12 +203,17 @@ export class ChunkRenamer {
 /**
  * What a stream's caller sees of the engine's chunks. Kiln always asks engines for the usage chunk;
  * a caller that did not ask gets none, and the usage chunk's `timings` (llama.cpp) move onto the
- * chunk with the finish reason, where llama.cpp puts them for such a caller.
+ * chunk with the finish reason, where llama.cpp puts them for such a caller. Each choice's first
+ * delta carries `role: "assistant"`, as OpenAI's does, also where the engine left it out (llama.cpp
+ * sometimes starts with content: recordings/llamacpp, chat-stream-include-usage.json), which the
+ * `openai` client's stream helper refuses ("missing role for choice 0").
  */
 export class ChunkRelay {
   #held: Outgoing | undefined;
   #shape: ContentShape | undefined;
   #around: { before: string; after: string } | undefined;
+  /** The choices whose first delta went out. */
+  readonly #begun = new Set<number>();
 
   constructor(
     private readonly includeUsage: boolean,
@@ -226,10 +231,30 @@ export class ChunkRelay {
       return;
     }
     this.end();
-    const outgoing = { chunk, text: this.renamer.text(chunk, text) };
+    const withRole = this.#withRole(chunk);
+    const outgoing = withRole
+      ? { chunk: withRole, text: this.renamer.serialise(withRole) }
+      : { chunk, text: this.renamer.text(chunk, text) };
     // The finish chunk waits for the usage chunk that follows it.
     if (!this.includeUsage && chunk.choices.some((c) => c.finish_reason)) this.#held = outgoing;
     else this.send(outgoing.text);
+  }
+
+  /** `chunk` with a role on the first delta of each choice that had none; undefined when none lacks it. */
+  #withRole(chunk: ChatChunk): ChatChunk | undefined {
+    const lacking = new Set<number>();
+    for (const choice of chunk.choices) {
+      if (this.#begun.has(choice.index)) continue;
+      this.#begun.add(choice.index);
+      if (choice.delta?.role === undefined) lacking.add(choice.index);
+    }
+    if (lacking.size === 0) return undefined;
+    return {
+      ...chunk,
+      choices: chunk.choices.map((choice) =>
+        lacking.has(choice.index) ? { ...choice, delta: { role: 'assistant', ...choice.delta } } : choice,
+      ),
+    };
   }
 
   /**

@@ -184,6 +184,11 @@ describe('ChunkRelay, content chunks read by their shape', () => {
     const [first, ...rest] = texts as [string, ...string[]];
     const shape = ContentChunkShape.learn(JSON.parse(first) as ChatChunk, first) as ContentChunkShape;
     expect(shape).toBeDefined();
+    // The engine opened its choice with the role, as most do (the relay adds one where none did).
+    const opening = JSON.parse(first) as ChatChunk;
+    (opening.choices[0] as { delta: unknown }).delta = { role: 'assistant' };
+    relay.add(opening, JSON.stringify(opening));
+    sent.length = 0;
     relay.add(JSON.parse(first) as ChatChunk, first);
     for (const text of rest) {
       const body = shape.body(text) as string;
