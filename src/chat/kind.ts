@@ -277,16 +277,24 @@ export class ChunkRelay {
   }
 }
 
+/** Two names of one limit: a caller's value under either replaces a persona's default under both. */
+const OUTPUT_LIMITS = ['max_tokens', 'max_completion_tokens'];
+
 /**
  * The caller's body over a persona's defaults. A null is no value (OpenAI's optional fields take
- * null for "not set"): the persona's default stands where the caller sent one.
+ * null for "not set"): the persona's default stands where the caller sent one. `max_tokens` and
+ * `max_completion_tokens` are one limit: engines that take both obey the second, so a default of
+ * one must not outrank the caller's other.
  */
-function withDefaults(
+export function withDefaults(
   defaults: Record<string, unknown> | undefined,
   given: Record<string, unknown>,
 ): Record<string, unknown> {
   if (!defaults) return given;
-  const body: Record<string, unknown> = { ...defaults };
+  const limited = OUTPUT_LIMITS.some((key) => given[key] !== undefined && given[key] !== null);
+  // Copied key by key rather than `delete`d: an object V8 keeps fast on its way to the engine.
+  const body: Record<string, unknown> = {};
+  for (const key in defaults) if (!(limited && OUTPUT_LIMITS.includes(key))) body[key] = defaults[key];
   for (const key in given) if (given[key] !== null || !(key in defaults)) body[key] = given[key];
   return body;
 }

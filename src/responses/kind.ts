@@ -1,5 +1,5 @@
 import { inlineMessageImages } from '../chat/images.js';
-import { type ChatDeps, chatThroughRouter, preamble, renameMessages } from '../chat/kind.js';
+import { type ChatDeps, chatThroughRouter, preamble, renameMessages, withDefaults } from '../chat/kind.js';
 import { ledgerUnits } from '../chat/usage.js';
 import type { ChatChunk, ChatMessage } from '../engines/types.js';
 import { JobFailure, type JobKind } from '../jobs/kinds.js';
@@ -112,7 +112,7 @@ export function responseKind(deps: ChatDeps): JobKind<ResponseJobRequest> {
           const item = (origins[n - before.length] ?? -1) - earlier.length;
           return item >= 0 ? `input[${item}]` : undefined;
         };
-        const body = { ...(model.persona?.defaults ?? {}), ...request.chat };
+        const body = withDefaults(model.persona?.defaults, request.chat);
         const { completion, route } = await chatThroughRouter(job, router, {
           model,
           messages,

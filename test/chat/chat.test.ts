@@ -35,8 +35,14 @@ describe('chat completions against a simulated fleet', () => {
         'long-context': engine('long-context', long),
       },
       personas: {
-        support: { model: 'm', system: LONG_PREAMBLE, shared_preamble: true, defaults: { max_tokens: 4 } },
+        support: {
+          model: 'm',
+          system: LONG_PREAMBLE,
+          shared_preamble: true,
+          defaults: { max_tokens: 4 },
+        },
         plain: { model: 'm', system: 'Be brief.' },
+        capped: { model: 'm', defaults: { max_completion_tokens: 4 } },
       },
       'routing.long_context_tokens': 4000,
       'security.allow_hosts': ['127.0.0.1'],
@@ -225,6 +231,17 @@ describe('chat completions against a simulated fleet', () => {
     expect(answered.status, JSON.stringify(answered.body)).toBe(200);
     expect(answered.body.object).toBe('chat.completion');
     expect(answered.body.usage.completion_tokens).toBe(4);
+    // The caller's limit under the other name replaces the default: the engine obeys the caller.
+    for (const [model, limit] of [
+      ['support', { max_completion_tokens: 7 }],
+      ['capped', { max_tokens: 2 }],
+      ['capped', { max_tokens: 7 }],
+    ] as const) {
+      const limited = await kiln.call('POST', '/v1/chat/completions', {
+        body: { model, messages: [{ role: 'user', content: 'Say something long.' }], ...limit },
+      });
+      expect(limited.body.usage.completion_tokens).toBe(Object.values(limit)[0]);
+    }
   });
 
   it('refuses what it cannot do with a clear 4xx', async () => {
