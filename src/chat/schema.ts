@@ -17,6 +17,40 @@ const Message = Type.Object(
 );
 
 /**
+ * A function tool as OpenAI's chat completions take it. Checked here rather than left to the engine:
+ * llama.cpp answers a malformed tool with a 500, which would count against its replica's health.
+ */
+const Tool = Type.Object(
+  {
+    type: Type.Literal('function'),
+    function: Type.Object(
+      {
+        name: Type.String({ minLength: 1, maxLength: 256 }),
+        description: Type.Optional(Type.String()),
+        parameters: Type.Optional(Type.Object({}, { additionalProperties: true })),
+        strict: Type.Optional(Type.Union([Type.Boolean(), Type.Null()])),
+      },
+      { additionalProperties: true },
+    ),
+  },
+  { additionalProperties: true },
+);
+
+const ToolChoice = Type.Union([
+  Type.Literal('none'),
+  Type.Literal('auto'),
+  Type.Literal('required'),
+  Type.Object(
+    {
+      type: Type.Literal('function'),
+      function: Type.Object({ name: Type.String({ minLength: 1 }) }, { additionalProperties: true }),
+    },
+    { additionalProperties: true },
+  ),
+  Type.Null(),
+]);
+
+/**
  * The OpenAI chat-completions body plus Kiln's `mode`, `webhook` and `contexts`. Fields Kiln does
  * not know pass through to the engine, as OpenAI clients send many.
  */
@@ -55,6 +89,9 @@ export const ChatBody = Type.Object(
     stop: Type.Optional(Type.Union([Type.String(), Type.Array(Type.String(), { maxItems: 4 }), Type.Null()])),
     seed: Type.Optional(Type.Union([Type.Integer(), Type.Null()])),
     user: Type.Optional(Type.String()),
+    tools: Type.Optional(Type.Union([Type.Array(Tool, { maxItems: 128 }), Type.Null()])),
+    tool_choice: Type.Optional(ToolChoice),
+    parallel_tool_calls: Type.Optional(Type.Union([Type.Boolean(), Type.Null()])),
   },
   { additionalProperties: true },
 );

@@ -270,6 +270,22 @@ describe('chat completions against a simulated fleet', () => {
       expect(options.status).toBe(400);
       expect(options.body.error.details[0]).toMatchObject({ field: 'stream_options', rule: 'mode' });
     }
+    // A malformed tool is the caller's mistake, said here: an engine would answer it with a 5xx,
+    // counted against its replica.
+    for (const [body, field] of [
+      [{ tools: [{ type: 'function' }] }, 'tools[0].function'],
+      [{ tools: [{ type: 'function', function: { name: '' } }] }, 'tools[0].function.name'],
+      [
+        { tools: [{ type: 'function', function: { name: 'f', parameters: 'x' } }] },
+        'tools[0].function.parameters',
+      ],
+      [{ tools: [{ type: 'web_search' }] }, 'tools[0].type'],
+      [{ tool_choice: 'sometimes' }, 'tool_choice'],
+    ] as const) {
+      const refused = await post({ model: 'm', messages: [{ role: 'user', content: 'hi' }], ...body });
+      expect(refused.status, JSON.stringify(refused.body)).toBe(400);
+      expect(refused.body.error.details.map((d: { field: string }) => d.field)).toContain(field);
+    }
     const noMessages = await post({ model: 'm', messages: [] });
     expect(noMessages.status).toBe(400);
     const badRole = await post({ model: 'm', messages: [{ role: 'wizard', content: 'hi' }] });
