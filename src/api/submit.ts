@@ -1,4 +1,5 @@
 import type { FastifyReply, FastifyRequest } from 'fastify';
+import { isContextLengthError } from '../engines/openai/discovery.js';
 import { type ErrorCode, errorCatalogue, KilnError, validationError } from '../errors.js';
 import { randomBase62 } from '../ids.js';
 import type { JobKind } from '../jobs/kinds.js';
@@ -86,7 +87,13 @@ export function jobError(job: JobRow, poll: Record<string, unknown>): KilnError 
   const details = engine
     ? [
         {
-          field: typeof engine.param === 'string' ? engine.param : 'messages',
+          // Where the engine named no field: the messages when they were too long, else the body.
+          field:
+            typeof engine.param === 'string'
+              ? engine.param
+              : isContextLengthError(`${message} ${String(engine.type ?? '')}`)
+                ? 'messages'
+                : 'body',
           rule: typeof engine.type === 'string' ? engine.type : 'engine',
           message,
           engine,

@@ -15,13 +15,17 @@ import { storeCases } from '../helpers/stores.js';
  */
 
 const dir = path.join(REPO_ROOT, '..', 'shared', 'reference', 'recordings', 'llamacpp');
-const recording = (name: string) =>
-  JSON.parse(readFileSync(path.join(dir, name), 'utf8')).response as {
+/** A recorded answer: `file`, or `file#case` for a file of several exchanges. */
+const recording = (name: string) => {
+  const [file, exchange] = name.split('#') as [string, string | undefined];
+  const recorded = JSON.parse(readFileSync(path.join(dir, file), 'utf8'));
+  return (exchange ? recorded[exchange] : recorded).response as {
     status: number;
     headers: Record<string, string>;
     body?: unknown;
     raw_chunks?: { base64: string }[];
   };
+};
 
 /** Every chat completion is answered with this recording, read for read. */
 let chat = 'chat-stream-include-usage.json';
@@ -88,6 +92,31 @@ describe('a recorded llama.cpp engine behind Kiln, through the openai client', (
       const final = await client.chat.completions.stream(request).finalChatCompletion();
       expect(final.choices[0]?.message).toMatchObject({ role: 'assistant', content: text });
       expect(final.choices[0]?.finish_reason).toBe('length');
+    },
+  );
+
+  it.each([
+    ['error-bad-request.json#bad_response_format_type', 'body', /response_format type must be one of/],
+    ['error-context-exceeded.json#context_exceeded_sync', 'messages', /exceeds the available context size/],
+  ])(
+    'a refusal (%s) is the engine’s words, param null, and names the field it concerns',
+    async (name, field, words) => {
+      chat = name;
+      const refused = await kiln.call('POST', '/v1/chat/completions', {
+        body: { model: 'm', messages: [{ role: 'user', content: 'hi' }] },
+      });
+      expect(refused.status).toBe(400);
+      expect(refused.body.error).toMatchObject({
+        code: 'engine-rejected',
+        param: null,
+        message: expect.stringMatching(words),
+      });
+      expect(refused.body.error.details[0]).toMatchObject({ field, rule: expect.any(String) });
+      const error = await client.chat.completions
+        .create({ model: 'm', messages: [{ role: 'user', content: 'hi' }] })
+        .catch((caught: unknown) => caught);
+      expect(error).toBeInstanceOf(OpenAI.BadRequestError);
+      expect((error as InstanceType<typeof OpenAI.BadRequestError>).message).toMatch(words);
     },
   );
 
