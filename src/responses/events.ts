@@ -76,6 +76,8 @@ interface OpenCall {
   id: string;
   index: number;
   callId: string;
+  /** Whether the engine gave the call its id (`callId`), rather than Kiln. */
+  named: boolean;
   name: string;
   /** The arguments as they stream in; `args` is set from them when the call closes. */
   pieces: StreamedText;
@@ -95,6 +97,8 @@ export class ResponseEvents {
   #message: OpenMessage | undefined;
   /** Open calls by the chunk's `tool_calls[].index`. */
   readonly #calls = new Map<number, OpenCall>();
+  /** Open calls whose index a later call took over. */
+  readonly #superseded: OpenCall[] = [];
   #finishReason: string | null = null;
   #started = false;
 
@@ -179,6 +183,12 @@ export class ResponseEvents {
     const key = typeof delta.index === 'number' ? delta.index : this.#calls.size;
     const fn = (delta.function ?? {}) as { name?: unknown; arguments?: unknown };
     let call = this.#calls.get(key);
+    // A new id at an index a call already holds is another call: Ollama numbers every call of a
+    // parallel set 0 (ollama/ollama#15457). The one before stays open until the output closes.
+    if (call?.named && typeof delta.id === 'string' && delta.id !== '' && delta.id !== call.callId) {
+      this.#superseded.push(call);
+      call = undefined;
+    }
     if (!call) {
       // Text after a call would be a new message item: the current one is closed now.
       this.#closeMessage();
@@ -188,6 +198,7 @@ export class ResponseEvents {
         id,
         index: this.#items.length,
         callId: typeof delta.id === 'string' && delta.id !== '' ? delta.id : `call_${id.slice(3, 27)}`,
+        named: typeof delta.id === 'string' && delta.id !== '',
         name: typeof fn.name === 'string' ? fn.name : '',
         pieces: new StreamedText(),
         args: '',
@@ -251,7 +262,9 @@ export class ResponseEvents {
   /** Closes every open item and answers the output, as the stored response holds it. */
   close(status: 'completed' | 'incomplete'): Item[] {
     this.#closeMessage(status);
-    for (const call of this.#calls.values()) {
+    const open = [...this.#superseded, ...this.#calls.values()].sort((a, b) => a.index - b.index);
+    this.#superseded.length = 0;
+    for (const call of open) {
       call.args = call.pieces.toString();
       this.#emit({
         type: 'response.function_call_arguments.done',

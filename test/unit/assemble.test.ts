@@ -60,6 +60,42 @@ describe('folding a stream into a completion', () => {
     ]);
   });
 
+  it('parallel calls an engine numbered all 0, each whole with its own id (Ollama), are two calls', () => {
+    // As Ollama streams them (ollama/ollama#15457): each call complete in one delta, both index 0.
+    const folded = new CompletionAssembler();
+    folded.add(chunk({ role: 'assistant', content: '' }));
+    for (const [id, path] of [
+      ['call_a', 'hello.py'],
+      ['call_b', 'world.py'],
+    ] as const) {
+      folded.add(
+        chunk({
+          tool_calls: [
+            {
+              index: 0,
+              id,
+              type: 'function',
+              function: { name: 'file_write', arguments: JSON.stringify({ filePath: path }) },
+            },
+          ],
+        }),
+      );
+    }
+    folded.add({ ...chunk({}), choices: [{ index: 0, delta: {}, finish_reason: 'tool_calls' }] });
+    expect(folded.result().choices[0]?.message.tool_calls).toEqual([
+      {
+        type: 'function',
+        id: 'call_a',
+        function: { name: 'file_write', arguments: '{"filePath":"hello.py"}' },
+      },
+      {
+        type: 'function',
+        id: 'call_b',
+        function: { name: 'file_write', arguments: '{"filePath":"world.py"}' },
+      },
+    ]);
+  });
+
   it('joins long arguments of interleaved tool calls exactly, each call keeping its fields in order', () => {
     // A code edit streamed as arguments: 50 fragments a call, two calls interleaved, a surrogate pair
     // split across fragments and another across the 16th fragment (where a join happens).

@@ -69,4 +69,33 @@ describe('a streamed response’s events', () => {
     expect(String(output[2]?.type === 'function_call' && output[2].arguments)).toContain('😃');
     expect(events.map((e) => e.sequence_number)).toEqual(events.map((_, i) => i));
   });
+
+  it('parallel calls an engine numbered all 0, each with its own id (Ollama), are two items', () => {
+    const events: Array<Record<string, unknown>> = [];
+    const stream = new ResponseEvents(
+      (text) => events.push(JSON.parse(text.slice(text.indexOf('data: ') + 6))),
+      (type, index) => `${type === 'message' ? 'msg' : 'fc'}_${index}`,
+    );
+    stream.start({ id: 'resp_1', status: 'in_progress' });
+    for (const [id, path] of [
+      ['call_a', 'hello.py'],
+      ['call_b', 'world.py'],
+    ] as const) {
+      stream.chunk(
+        chunk({
+          tool_calls: [
+            { index: 0, id, function: { name: 'file_write', arguments: JSON.stringify({ filePath: path }) } },
+          ],
+        }),
+      );
+    }
+    stream.chunk(chunk({}, 'tool_calls'));
+    expect(stream.close('completed')).toEqual([
+      expect.objectContaining({ id: 'fc_0', call_id: 'call_a', arguments: '{"filePath":"hello.py"}' }),
+      expect.objectContaining({ id: 'fc_1', call_id: 'call_b', arguments: '{"filePath":"world.py"}' }),
+    ]);
+    expect(events.filter((e) => e.type === 'response.output_item.done').map((e) => e.output_index)).toEqual([
+      0, 1,
+    ]);
+  });
 });
