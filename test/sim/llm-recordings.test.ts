@@ -148,12 +148,49 @@ describe('the llama.cpp flavor against recordings of llama-server b11669', () =>
         expect(answer.timings.cache_n + answer.timings.prompt_n).toBe(answer.usage.prompt_tokens);
         expect(answer.timings.predicted_n).toBe(answer.usage.completion_tokens);
       }
-      // Not compared: the text, and so the finish reason of chat-json-schema (llama-server's grammar
-      // made it stop; the simulator ignores response_format and runs to max_tokens), and the tools
-      // (llama-server renders them into the prompt; the simulator does not). chat-tools asks "auto"
-      // and its message does not name get_weather, so neither called the tool.
+      // Not compared: the text, and the tools (llama-server renders them into the prompt; the
+      // simulator does not). chat-tools asks "auto" and its message does not name get_weather, so
+      // neither called the tool.
     },
   );
+
+  it('chat-json-schema.json: JSON held to the schema, ending stop, as the grammar made it', async () => {
+    const exchange: Exchange = recording('chat-json-schema.json');
+    const recorded = (exchange.response.body as any).choices[0];
+    const schema = (exchange.request.body as any).response_format.json_schema.schema;
+    const check = (content: string) => {
+      const value = JSON.parse(content);
+      expect(Object.keys(value).sort()).toEqual(Object.keys(schema.properties).sort());
+      expect(typeof value.name).toBe('string');
+      expect(value.name.length).toBeLessThanOrEqual(schema.properties.name.maxLength);
+      expect(Number.isInteger(value.population)).toBe(true);
+    };
+    // The recording's own answer passes the same check.
+    check(recorded.message.content);
+    const sync = JSON.parse((await send(sim, exchange.request)).text).choices[0];
+    expect(sync.finish_reason).toBe(recorded.finish_reason);
+    check(sync.message.content);
+    // Streamed, the deltas join to the same JSON; cut short by max_tokens, it ends `length`.
+    const streamed = await send(sim, {
+      ...exchange.request,
+      body: { ...(exchange.request.body as object), stream: true },
+    });
+    const deltas = streamed.text
+      .split('\n')
+      .filter((line) => line.startsWith('data: {'))
+      .map((line) => JSON.parse(line.slice(6)).choices[0]?.delta?.content ?? '');
+    expect(deltas.join('')).toBe(sync.message.content);
+    const cut = JSON.parse(
+      (
+        await send(sim, {
+          ...exchange.request,
+          body: { ...(exchange.request.body as object), max_tokens: 2 },
+        })
+      ).text,
+    ).choices[0];
+    expect(cut.finish_reason).toBe('length');
+    expect(() => JSON.parse(cut.message.content)).toThrow();
+  });
 
   it('chat-tools-required.json: the recorded envelope, with the call the recorded model could not make', async () => {
     const exchange: Exchange = recording('chat-tools-required.json');

@@ -3,6 +3,7 @@ import type { LlmEngine, Sequence } from './engine.js';
 import type { Fault } from './faults.js';
 import type { Flavor } from './flavor.js';
 import { readJson, sendError, sendJson } from './http.js';
+import { jsonTokens } from './json-output.js';
 import {
   type ChatRequest,
   type ChoiceOutcome,
@@ -61,6 +62,21 @@ interface Choice {
  * tool's result — by the end of the model's first sentence (its end-of-turn token: "stop").
  */
 function textChoice(key: string, index: number, budget: number, request: ChatRequest): Choice {
+  if (request.format) {
+    // JSON held to the format, whole within the budget, else cut short at it.
+    const json = jsonTokens(request.format, key);
+    const tokens = json.slice(0, budget);
+    return {
+      tokens,
+      outcome: {
+        index,
+        text: tokens.join(''),
+        finishReason: json.length <= budget ? 'stop' : 'length',
+        stopString: undefined,
+        completionTokens: tokens.length,
+      },
+    };
+  }
   const drawn = generateTokens(key, budget);
   const ended = request.messages.at(-1)?.role === 'tool' ? firstSentenceLength(drawn) : undefined;
   const output = applyStop(ended === undefined ? drawn : drawn.slice(0, ended), request.stop);

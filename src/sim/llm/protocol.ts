@@ -1,3 +1,4 @@
+import type { JsonFormat } from './json-output.js';
 import type { ChatMessage } from './text.js';
 import type { CallStep, ToolCallOutcome, ToolChoice, ToolDialect, ToolSpec } from './tools.js';
 
@@ -31,6 +32,17 @@ export interface ChatRequest {
   includeUsage: boolean;
   tools: ToolSpec[];
   toolChoice: ToolChoice;
+  /** `response_format` asking for JSON (json-output.ts); undefined for text. */
+  format: JsonFormat | undefined;
+}
+
+/** The JSON a `response_format` asks for: `json_object` (llama.cpp's may carry a `schema`) or `json_schema`. */
+function jsonFormatOf(format: unknown): JsonFormat | undefined {
+  if (!isObject(format)) return undefined;
+  if (format.type === 'json_object') return { schema: isObject(format.schema) ? format.schema : undefined };
+  if (format.type !== 'json_schema') return undefined;
+  const spec = format.json_schema;
+  return { schema: isObject(spec) && isObject(spec.schema) ? spec.schema : undefined };
 }
 
 /** The most choices one request may ask for: enough for any client, few enough to stay cheap. */
@@ -122,7 +134,7 @@ export interface ParseRules {
 
 /**
  * Validates an OpenAI chat-completions body; tools and tool_choice as the flavor's dialect reads
- * them, response_format accepted and ignored (a flavor checks what its engine checks before this).
+ * them, response_format's JSON kept for the output (a flavor checks what its engine checks before this).
  */
 export function parseChatRequest(body: unknown, rules: ParseRules): ChatRequest | SimError {
   const { bad } = rules;
@@ -170,6 +182,7 @@ export function parseChatRequest(body: unknown, rules: ParseRules): ChatRequest 
     includeUsage,
     tools: tools.tools,
     toolChoice: tools.choice,
+    format: jsonFormatOf(body.response_format),
   };
 }
 
