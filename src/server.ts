@@ -44,6 +44,9 @@ const BIND_FAILURES = {
 export type BindFailure = keyof typeof BIND_FAILURES;
 
 /** `host:port` as a URL writes it (IPv6 in brackets). */
+/** How often a closing server closes the kept-alive connections that went idle since. */
+const IDLE_SWEEP_MS = 100;
+
 const hostPort = (host: string, port: number) => `${host.includes(':') ? `[${host}]` : host}:${port}`;
 
 /** The gateway could not take its address; everything the start had opened is closed again. */
@@ -121,8 +124,12 @@ export async function startServer(
       // ones get what is left of the grace, and those still running go back to the queue at once.
       const deadline = Date.now() + graceMs;
       const cut = setTimeout(() => listening.server.closeAllConnections(), graceMs);
+      // A kept-alive connection whose answer ends after the close began goes idle, and would hold
+      // the close until the grace runs out: closed as it goes idle, as those idle at the start are.
+      const idle = setInterval(() => listening.server.closeIdleConnections(), IDLE_SWEEP_MS);
       await listening.close();
       clearTimeout(cut);
+      clearInterval(idle);
       await runtime.drain(deadline);
       await runtime.close();
     },

@@ -87,6 +87,31 @@ for (const storeCase of storeCases) {
         });
         expect(sims[0]?.stats().requests).toBe(1);
       });
+
+      it('a kept-alive connection whose answer ends after the close began does not hold the close', async () => {
+        const server = await startTestServer(storeCase, { engines: { pool: engine('unique', sims) } });
+        const port = Number(new URL(server.url).port);
+        const key = await server.key('drain-idle');
+        const socket = connect(port, '127.0.0.1');
+        let received = '';
+        socket.setEncoding('utf8').on('data', (text: string) => {
+          received += text;
+        });
+        // A sync answer of about 400 ms, still running when the close begins; the client then keeps
+        // its connection open, as a pool does, and sends nothing more.
+        socket.write(
+          request(port, key, { model: 'm', max_tokens: 40, messages: [{ role: 'user', content: 'hi' }] }),
+        );
+        await until(() => sims[0]?.stats().running === 1, 5000, 'the answer under way');
+        const closed = server.close();
+        await until(() => received.includes('"chat.completion"'), 5000, 'the answer');
+        const answeredAt = Date.now();
+        await closed;
+        // Not the keep-alive timeout nor the shutdown grace (30 s): the connection went idle and was closed.
+        expect(Date.now() - answeredAt).toBeLessThan(3000);
+        expect(received.startsWith('HTTP/1.1 200')).toBe(true);
+        socket.destroy();
+      });
     },
   );
 }
