@@ -87,8 +87,7 @@ function describeProblem(error: ErrorObject, sources: Map<string, string>): stri
     allowed = `must be an integer${schema.minimum !== undefined ? ` from ${schema.minimum}` : ''}${schema.maximum !== undefined ? ` to ${schema.maximum}` : ''}`;
   else if (error.keyword === 'maxMs')
     allowed = "must be a duration of at most 24d (Node's timers hold no more)";
-  else if (error.keyword === 'minMs')
-    allowed = `must be a duration of at least ${(error.schema as number) / 1000}s`;
+  else if (error.keyword === 'minMs') allowed = `must be a duration of at least ${error.schema as number}ms`;
   else if (schema?.pattern) allowed = `must be ${schema.allowed ?? `text matching ${schema.pattern}`}`;
   return `${key}: ${allowed}; got ${JSON.stringify(error.data)}${from}`;
 }

@@ -114,7 +114,7 @@ export const ConfigSchema = Type.Object(
           { timer: false },
         ),
         purge_interval: Duration('30s', 'how often the purge deletes what is past its retention', {
-          minMs: 1000,
+          minMs: 100,
         }),
         sync_timeout: Duration('5m', 'longest `Prefer: wait=N` an async submission is answered after'),
       },

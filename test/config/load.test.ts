@@ -192,11 +192,11 @@ describe('configuration', () => {
     expect(config.personas.helper?.model).toBe('meta-llama/Llama-3.1-8B-Instruct');
   });
 
-  it('refuses a purge interval under a second, which would keep a CPU busy', () => {
+  it('refuses a purge interval under 100 ms, which would keep a CPU busy', () => {
     expect(
       problemsOf(() => loadConfig({ env: { KILN_JOBS_PURGE_INTERVAL: '0s' }, file: undefined })),
     ).toEqual([
-      'jobs.purge_interval: must be a duration of at least 1s; got "0s" (from KILN_JOBS_PURGE_INTERVAL)',
+      'jobs.purge_interval: must be a duration of at least 100ms; got "0s" (from KILN_JOBS_PURGE_INTERVAL)',
     ]);
   });
 
