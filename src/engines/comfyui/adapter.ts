@@ -134,7 +134,7 @@ async function runAdmitted(
       method: 'POST',
       headers,
       body: form,
-      signal: signal,
+      signal,
     }).catch(unreachable(runner, signal));
     if (!response.ok)
       throw new EngineError(

@@ -1,3 +1,4 @@
+import { isObject } from './protocol.js';
 import { generateTokens } from './text.js';
 
 /**
@@ -11,9 +12,6 @@ import { generateTokens } from './text.js';
 export interface JsonFormat {
   schema: Record<string, unknown> | undefined;
 }
-
-const isObject = (value: unknown): value is Record<string, unknown> =>
-  typeof value === 'object' && value !== null && !Array.isArray(value);
 
 /** Schemas nest no deeper than this in what is made; deeper, a value is null. */
 const MAX_DEPTH = 8;
