@@ -8,6 +8,7 @@ import { KILN_BIN, kiln } from '../helpers/cli.js';
 import { callGateway } from '../helpers/http.js';
 import { closedPort } from '../helpers/ports.js';
 import { processWorld, startServerProcess, waitUntil } from '../helpers/process.js';
+import { sample } from '../helpers/scrape.js';
 import { storeCases } from '../helpers/stores.js';
 
 /**
@@ -17,6 +18,7 @@ import { storeCases } from '../helpers/stores.js';
  */
 
 const sqlite = storeCases[0] as (typeof storeCases)[number];
+const POLLED = 'kiln_http_requests_total{method="GET",route="/v1/jobs/:id",status="200"}';
 const retrying = (id: string) =>
   new RegExp(`^kiln: polling ${id} failed: .+; trying again for up to a minute$`, 'm');
 
@@ -29,7 +31,7 @@ describe('kiln jobs wait across a gateway restart', () => {
     const env = world.env({ KILN_PORT: String(await closedPort()), KILN_SHUTDOWN_GRACE: '1s' });
     const first = await startServerProcess(env);
     const key = world.adminKey();
-    const submitted = await callGateway(first.url, key, 'POST', '/v1/test/sleep', { ms: 2000 });
+    const submitted = await callGateway(first.url, key, 'POST', '/v1/test/sleep', { ms: 3000 });
     expect(submitted.status, JSON.stringify(submitted.body)).toBe(202);
     const id = submitted.body.id as string;
 
@@ -37,7 +39,15 @@ describe('kiln jobs wait across a gateway restart', () => {
       env: { KILN_BASE_URL: first.url, KILN_API_KEY: key },
       timeoutMs: 45_000,
     });
-    await sleep(800);
+    // The gateway goes only once the wait has polled it: a first poll that finds no gateway fails
+    // at once (the address may be wrong), and a slow machine can take a second to start the CLI.
+    await waitUntil(
+      async () => {
+        const scrape = await callGateway(first.url, key, 'GET', '/metrics');
+        return (sample(String(scrape.body), POLLED) ?? 0) > 0;
+      },
+      { timeoutMs: 15_000, describe: () => 'the first poll of kiln jobs wait' },
+    );
     // SIGTERM: the drain gives the job 1 s, then puts it back in the queue and exits.
     await first.kill('SIGTERM');
     await sleep(1500);
