@@ -1,7 +1,6 @@
 import { existsSync } from 'node:fs';
 import path from 'node:path';
 import { type Command, Option } from 'commander';
-import { KEY_NAME, ORG_NAME } from '../admin/schemas.js';
 import { issueKey } from '../auth/keys.js';
 import { randomBase62 } from '../ids.js';
 import type { Limits } from '../limits/schema.js';
@@ -19,7 +18,7 @@ import { limitChange, limitOptions, limitsSummary } from './limits.js';
  * new release's migrations under them, outside the maintenance window the upgrade planned.
  */
 async function withStore<T>(command: Command, work: (store: Store) => Promise<T>): Promise<T> {
-  const config = serverConfig(command);
+  const config = await serverConfig(command);
   const url = config.store.url;
   const fix = `${NO_STORE_FIX}; \`kiln migrate\` creates a new one`;
   if (url.startsWith('sqlite:') && url !== 'sqlite::memory:' && !existsSync(url.slice('sqlite:'.length))) {
@@ -67,6 +66,7 @@ export function adminCommands(program: Command): void {
     .command('create <name>')
     .description('create an organisation')
     .action(async (name: string, _options, command: Command) => {
+      const { ORG_NAME } = await import('../admin/schemas.js');
       if (!ORG_NAME.test(name)) {
         throw new UsageError(
           'organisation names are 1–64 characters of A-Z a-z 0-9 . _ -, starting with a letter or digit',
@@ -123,6 +123,7 @@ export function adminCommands(program: Command): void {
         options: { org: string; tier: 'free' | 'standard'; admin?: boolean; name?: string },
         command: Command,
       ) => {
+        const { KEY_NAME } = await import('../admin/schemas.js');
         if (options.name !== undefined && !KEY_NAME.test(options.name))
           throw new UsageError(
             'key names are 1–200 characters, none of them a control character (tab, newline)',

@@ -192,7 +192,7 @@ function replaceDurably(temp: string, file: string): void {
 
 /** `kiln backup <file>`: a consistent copy of the SQLite store, taken while gateways keep serving. */
 async function backup(file: string, options: { force?: boolean }, command: Command): Promise<void> {
-  const config = serverConfig(command);
+  const config = await serverConfig(command);
   const { url, schema } = config.store;
   if (!url.startsWith('sqlite:')) return leaveToPostgresTools('backup', url, schema, file);
   const store = sqliteFile(url);
@@ -259,7 +259,7 @@ function refuseToReplace(target: string, force: boolean, inUse: (file: string) =
 
 /** `kiln restore <file>`: checks a backup and puts it in the place of the configured SQLite store. */
 async function restore(file: string, options: { force?: boolean }, command: Command): Promise<void> {
-  const config = serverConfig(command);
+  const config = await serverConfig(command);
   const { url, schema } = config.store;
   if (!url.startsWith('sqlite:')) return leaveToPostgresTools('restore', url, schema, file);
   const target = sqliteFile(url);

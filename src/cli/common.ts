@@ -1,9 +1,8 @@
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import type { Command } from 'commander';
-import { Agent, fetch as undiciFetch } from 'undici';
 import { GatewayUnreachableError, JobPollError, KilnApiError, KilnClient } from '../client/index.js';
-import { ConfigError, loadConfig } from '../config/load.js';
+import { ConfigError } from '../config/error.js';
 import { KilnError } from '../errors.js';
 
 /** A mistake the user can fix; printed as one clear line without a stack. */
@@ -11,8 +10,13 @@ export class UsageError extends Error {
   override name = 'UsageError';
 }
 
-/** The server-side configuration, as `kiln serve` would read it (the global --config included). */
-export function serverConfig(command: Command) {
+/**
+ * The server-side configuration, as `kiln serve` would read it (the global --config included).
+ * Loaded on use, as is everything heavy here: a `kiln` command that needs no configuration (the
+ * client commands, --help) starts in a third of the time without the schema and its validator.
+ */
+export async function serverConfig(command: Command) {
+  const { loadConfig } = await import('../config/load.js');
   return loadConfig({ file: command.optsWithGlobals<{ config?: string }>().config });
 }
 
@@ -34,13 +38,17 @@ function cliFetch(env: NodeJS.ProcessEnv): typeof fetch {
     throw new UsageError(`KILN_TIMEOUT must be a number of seconds above 0; it is "${env.KILN_TIMEOUT}"`);
   }
   const ms = Math.ceil(seconds * 1000);
-  // Agents open no connection until used. Work answers once its output is ready, and then the body
-  // flows (a sync answer whole, a stream's chunks token by token): only its start may take long.
-  const patient = new Agent({ headersTimeout: 0, bodyTimeout: ms });
-  const prompt = new Agent({ headersTimeout: ms, bodyTimeout: ms });
-  return ((input: string | URL, init: RequestInit = {}) => {
+  // Work answers once its output is ready, and then the body flows (a sync answer whole, a stream's
+  // chunks token by token): only its start may take long. undici is loaded at the first request.
+  const agents = import('undici').then(({ Agent, fetch }) => ({
+    fetch,
+    patient: new Agent({ headersTimeout: 0, bodyTimeout: ms }),
+    prompt: new Agent({ headersTimeout: ms, bodyTimeout: ms }),
+  }));
+  return (async (input: string | URL, init: RequestInit = {}) => {
+    const { fetch, patient, prompt } = await agents;
     const waits = init.method === 'POST' && WAITS_FOR_WORK.test(new URL(String(input)).pathname);
-    return undiciFetch(input, { ...(init as object), dispatcher: waits ? patient : prompt });
+    return fetch(input, { ...(init as object), dispatcher: waits ? patient : prompt });
   }) as unknown as typeof fetch;
 }
 

@@ -3,9 +3,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import type { Command } from 'commander';
-import { assertValid } from '../api/validation.js';
 import { type ContextWithContent, KilnApiError } from '../client/index.js';
-import { ContextName } from '../contexts/schemas.js';
 import { etagOf } from '../contexts/service.js';
 import { clientFromEnv, report, UsageError, utf8 } from './common.js';
 
@@ -60,6 +58,15 @@ function runEditor(editor: string, file: string): string | undefined {
  * A name that does not exist yet is created (If-None-Match: *); an unchanged or emptied file saves
  * nothing. Whatever goes wrong once the user has edited, the edit is kept and its file named.
  */
+/** `ref` if the gateway would take it as a context's name; the validator loads only here. */
+async function validName(ref: string): Promise<string> {
+  const [{ assertValid }, { ContextName }] = await Promise.all([
+    import('../api/validation.js'),
+    import('../contexts/schemas.js'),
+  ]);
+  return assertValid<string>(ContextName, ref, 'name');
+}
+
 export function ctxEditCommand(ctx: Command): void {
   ctx
     .command('edit <id-or-name>')
@@ -69,7 +76,7 @@ export function ctxEditCommand(ctx: Command): void {
     .action(async (ref: string) => {
       const before = await current(ref);
       // A name the save would refuse is refused before anything is typed.
-      const name = before?.name ?? assertValid<string>(ContextName, ref, 'name');
+      const name = before?.name ?? (await validName(ref));
       const editor = editorCommand();
       const dir = mkdtempSync(path.join(tmpdir(), 'kiln-edit-'));
       // Named after the context, so an editor highlights `schema.json` as JSON.

@@ -2,7 +2,6 @@ import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import type { Command } from 'commander';
 import type { Logger } from 'pino';
-import { parse as parseYaml, stringify as stringifyYaml } from 'yaml';
 import type { LlmSimOptions } from '../sim/llm/server.js';
 import { UsageError } from './common.js';
 import { gatewayConfig, serve, startGateway, withPortOption } from './serve.js';
@@ -44,7 +43,7 @@ async function startDev(command: Command, options: { simPort: number }): Promise
 
 async function runDev(command: Command, options: { simPort: number }, started: Closable[]): Promise<void> {
   // The user's configuration first: a mistake in it is reported before any simulator starts.
-  const { configFile, data_dir: dataDir } = gatewayConfig(command);
+  const { configFile, data_dir: dataDir } = await gatewayConfig(command);
   const { startLlmFleet } = await import('../sim/llm/server.js');
   const host = '127.0.0.1';
   const base = options.simPort;
@@ -78,6 +77,7 @@ async function runDev(command: Command, options: { simPort: number }, started: C
   });
   // The fleet goes into a config file of its own (the user's kiln.yaml, if any, plus the fleet), so
   // a reload — SIGHUP or POST /admin/reload — re-reads it: edit it to rehearse routing changes.
+  const { parse: parseYaml, stringify: stringifyYaml } = await import('yaml');
   const own = configFile ? (parseYaml(readFileSync(configFile, 'utf8')) ?? {}) : {};
   const fleet = {
     engines: {
@@ -100,7 +100,7 @@ async function runDev(command: Command, options: { simPort: number }, started: C
   mkdirSync(dataDir, { recursive: true });
   const devFile = path.join(dataDir, 'kiln.dev.yaml');
   writeFileSync(devFile, stringifyYaml({ ...own, ...fleet }));
-  const config = gatewayConfig(command, devFile);
+  const config = await gatewayConfig(command, devFile);
   const { createLogger } = await import('../server.js');
   const logger: Logger = createLogger(config);
   const server = await startGateway(config, logger, configFile);

@@ -1,5 +1,6 @@
 import { type Command, Option } from 'commander';
-import { LIMIT_FLAGS, LIMIT_NAMES, type LimitName, type Limits } from '../limits/schema.js';
+import { LIMIT_FLAGS, LIMIT_NAMES, type LimitName } from '../limits/names.js';
+import type { Limits } from '../limits/schema.js';
 import { UsageError } from './common.js';
 
 export type LimitChange = Partial<Record<LimitName, number | null>>;

@@ -1,7 +1,6 @@
 import { type Command, InvalidArgumentError } from 'commander';
 import type { Logger } from 'pino';
-import { loadConfig } from '../config/load.js';
-import { type Config, parseDuration } from '../config/schema.js';
+import type { Config } from '../config/schema.js';
 import type { RunningServer } from '../server.js';
 import { serverConfig, UsageError } from './common.js';
 
@@ -24,8 +23,9 @@ export function withPortOption(command: Command): Command {
 }
 
 /** The configuration `kiln serve` runs with: `--config` (or `file`), KILN_*, and `--port` over both. */
-export function gatewayConfig(command: Command, file?: string) {
+export async function gatewayConfig(command: Command, file?: string) {
   const { config, port } = command.optsWithGlobals<{ config?: string; port?: number }>();
+  const { loadConfig } = await import('../config/load.js');
   return loadConfig({ file: file ?? config, overrides: port === undefined ? {} : { port } });
 }
 
@@ -71,7 +71,7 @@ function onStop(logger: Logger, close: () => Promise<void>): void {
 
 /** `kiln serve`: the gateway with the configured store, until SIGINT/SIGTERM; SIGHUP reloads the fleet. */
 export async function serve(command: Command): Promise<void> {
-  const config = gatewayConfig(command);
+  const config = await gatewayConfig(command);
   const { createLogger } = await import('../server.js');
   const logger = createLogger(config);
   const server = await startGateway(config, logger, config.configFile);
@@ -93,7 +93,7 @@ export function serveCommands(program: Command): void {
     .command('worker')
     .description('run job workers, the sweeper and webhook delivery without HTTP (scale-out on PostgreSQL)')
     .action(async (_options, command: Command) => {
-      const config = serverConfig(command);
+      const config = await serverConfig(command);
       const { createLogger } = await import('../server.js');
       const { createRuntime } = await import('../runtime.js');
       const logger = createLogger(config);
@@ -118,6 +118,7 @@ export function serveCommands(program: Command): void {
         'kiln worker is running',
       );
       onStop(logger, async () => {
+        const { parseDuration } = await import('../config/duration.js');
         await runtime.drain(Date.now() + parseDuration(config.shutdown_grace));
         await scrapes?.close();
         await runtime.close();
@@ -128,7 +129,7 @@ export function serveCommands(program: Command): void {
     .command('migrate')
     .description('apply pending store migrations and exit (kiln serve also does this at start)')
     .action(async (_options, command: Command) => {
-      const config = serverConfig(command);
+      const config = await serverConfig(command);
       const { openStore } = await import('../store/index.js');
       const store = openStore(config.store);
       try {

@@ -1,15 +1,7 @@
 import { type Static, Type } from '@sinclair/typebox';
+import { LIMIT_NAMES, type LimitName } from './names.js';
 
-/** Every limit Kiln enforces, by the name it has in config, the CLI and the API. */
-export const LIMIT_NAMES = [
-  'requests_per_minute',
-  'tokens_per_minute',
-  'concurrent',
-  'tokens_per_day',
-  'tokens_per_month',
-  'media_seconds_per_day',
-] as const;
-export type LimitName = (typeof LIMIT_NAMES)[number];
+export { LIMIT_FLAGS, LIMIT_NAMES, type LimitName } from './names.js';
 
 /** Rates refuse with `rate-limited`; budgets (a day's or a month's worth) with `budget-exceeded`. */
 export const BUDGETS: ReadonlySet<LimitName> = new Set([
@@ -36,16 +28,6 @@ export const LimitsSchema = Type.Object(
   { additionalProperties: false, default: {} },
 );
 export type Limits = Static<typeof LimitsSchema>;
-
-/** Flags of `kiln keys create|update` and `kiln orgs update`, one per limit. */
-export const LIMIT_FLAGS: Record<LimitName, string> = {
-  requests_per_minute: 'rpm',
-  tokens_per_minute: 'tpm',
-  concurrent: 'concurrent',
-  tokens_per_day: 'tokens-per-day',
-  tokens_per_month: 'tokens-per-month',
-  media_seconds_per_day: 'media-seconds-per-day',
-};
 
 /** A stored limits column (JSON text or null) as limits; anything unreadable is no limit. */
 export function parseLimits(text: string | null | undefined): Limits {
