@@ -19,18 +19,25 @@ export const routeOf = (meta: Record<string, unknown>): Record<string, string> =
   return route ? { 'x-kiln-route': routeHeader(route) } : {};
 };
 
+/** What a token budget's reservation counts beside the caller's request. */
+export interface Preamble {
+  /** Characters (bytes, at most) the persona's preamble and the contexts put before the messages. */
+  preambleChars: number;
+  /** The persona's default output limit, which the engine gets when the caller sets none. */
+  personaMaxTokens?: number;
+}
+
 /**
  * A persona or served model that exists, and every context it and the request name, in this
  * organisation: checked before any job exists (404 `model-not-found`, 400 naming each context).
- * Answers the characters (bytes, at most) the persona's preamble and those contexts put before the
- * caller's messages, which a token budget's reservation must count.
+ * Answers what the persona and those contexts add to the caller's request.
  */
 export async function checkModelAndContexts(
   deps: AppDeps,
   orgId: string,
   model: string,
   contexts: readonly string[],
-): Promise<number> {
+): Promise<Preamble> {
   const resolved = deps.runtime.router().resolve(model);
   if (!resolved) {
     throw new KilnError(
@@ -56,7 +63,9 @@ export async function checkModelAndContexts(
   }
   let chars = resolved.persona?.system?.length ?? 0;
   for (const size of sizes.values()) chars += size;
-  return chars;
+  const defaults = resolved.persona?.defaults;
+  const max = defaults?.max_completion_tokens ?? defaults?.max_tokens;
+  return typeof max === 'number' ? { preambleChars: chars, personaMaxTokens: max } : { preambleChars: chars };
 }
 
 /** POST /v1/chat/completions in sync (default), stream and async modes, all through the chat job kind. */
@@ -90,14 +99,14 @@ export function chatRoutes(app: FastifyInstance, deps: AppDeps): void {
           },
         ]);
       }
-      const preambleChars = await checkModelAndContexts(deps, request.auth.org_id, model, contexts);
+      const preamble = await checkModelAndContexts(deps, request.auth.org_id, model, contexts);
       await checkMessageImages(rest.messages as ChatMessage[], deps.policy);
       const job: ChatJobRequest = {
         model,
         contexts,
         includeUsage: stream_options?.include_usage === true,
         body: rest,
-        preambleChars,
+        ...preamble,
       };
       if (mode === 'stream') {
         if (webhook) {

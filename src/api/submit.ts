@@ -34,12 +34,15 @@ export interface SubmitOptions {
 const IDEMPOTENCY_KEY = /^[\x21-\x7e]{1,255}$/;
 
 /**
- * A chat or response job's request without what the store said at submission (the size of its
- * contexts): a retry with the same Idempotency-Key and body is the same request, whatever was
- * edited in between.
+ * A chat or response job's request without what the store and the configuration said at submission
+ * (the size of its contexts, the persona's output limit): a retry with the same Idempotency-Key and
+ * body is the same request, whatever was edited or reloaded in between.
  */
-export const boundRequest = <R extends { preambleChars?: number }>({ preambleChars: _, ...request }: R) =>
-  request;
+export const boundRequest = <R extends { preambleChars?: number; personaMaxTokens?: number }>({
+  preambleChars: _chars,
+  personaMaxTokens: _max,
+  ...request
+}: R) => request;
 
 /** 409 for a retry whose original (`what`: request, stream) still runs; its polling URL beside it. */
 export function stillRunning(kind: JobKind, job: JobRow, what: string): KilnError {

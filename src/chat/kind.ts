@@ -310,7 +310,7 @@ export function chatKind(deps: ChatDeps): JobKind<ChatJobRequest> {
     runLimitMs: 30 * 60_000,
     meter: tokenMeter(
       (r) => r.body.messages,
-      (r) => ({ max: r.body.max_completion_tokens ?? r.body.max_tokens, n: r.body.n }),
+      (r) => ({ max: r.body.max_completion_tokens ?? r.body.max_tokens ?? r.personaMaxTokens, n: r.body.n }),
       (r) => r.preambleChars ?? 0,
     ),
     async run(job, signal) {

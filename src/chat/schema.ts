@@ -108,4 +108,6 @@ export interface ChatJobRequest {
    * reservation counts them (absent in jobs submitted before it was kept).
    */
   preambleChars?: number;
+  /** The persona's default output limit at submission: reserved when the caller sets none. */
+  personaMaxTokens?: number;
 }

@@ -65,7 +65,7 @@ export function responseKind(deps: ChatDeps): JobKind<ResponseJobRequest> {
     // The turn's own input; earlier turns replayed by previous_response_id are settled from usage.
     meter: tokenMeter(
       (r) => [r.instructions, r.input],
-      (r) => ({ max: r.chat.max_completion_tokens ?? r.chat.max_tokens }),
+      (r) => ({ max: r.chat.max_completion_tokens ?? r.chat.max_tokens ?? r.personaMaxTokens }),
       (r) => r.preambleChars ?? 0,
     ),
     async run(job, signal) {

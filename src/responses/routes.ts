@@ -111,7 +111,7 @@ export function responseRoutes(app: FastifyInstance, deps: AppDeps): void {
       }
       problems.throwIfAny();
       const contexts = body.contexts ?? [];
-      const preambleChars = await checkModelAndContexts(deps, orgId, body.model, contexts);
+      const preamble = await checkModelAndContexts(deps, orgId, body.model, contexts);
       await checkInputImages(resolved, deps.policy);
       let previous: string | null = null;
       let earlier: Item[] = [];
@@ -166,8 +166,9 @@ export function responseRoutes(app: FastifyInstance, deps: AppDeps): void {
         previous,
         chat,
         echo,
+        ...preamble,
         // The persona's preamble, the contexts and the conversation replayed go to the engine too.
-        preambleChars: preambleChars + textLength(chatMessages(earlier)),
+        preambleChars: preamble.preambleChars + textLength(chatMessages(earlier)),
       };
       if (stream) {
         await checkWebhook(deps, orgId, body.webhook);

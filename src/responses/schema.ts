@@ -108,6 +108,8 @@ export interface ResponseJobRequest {
    * its input at submission: the reservation counts them (absent in jobs submitted before).
    */
   preambleChars?: number;
+  /** The persona's default output limit at submission: reserved when the caller sets none. */
+  personaMaxTokens?: number;
 }
 
 /** The request fields every Response object carries, whatever its status. */

@@ -21,7 +21,11 @@ for (const storeCase of storeCases) {
         sims = await simPool(1);
         kiln = await startTestServer(storeCase, {
           engines: { quick: engine('unique', sims) },
-          personas: { manual: { model: 'm', system: `Follow the manual. ${'Rule. '.repeat(1300)}` } },
+          personas: {
+            manual: { model: 'm', system: `Follow the manual. ${'Rule. '.repeat(1300)}` },
+            terse: { model: 'm', defaults: { max_tokens: 16 } },
+            verbose: { model: 'm', defaults: { max_completion_tokens: 3000 } },
+          },
           'jobs.poll_interval_ms': 100,
         });
       });
@@ -79,6 +83,37 @@ for (const storeCase of storeCases) {
             refused: 4,
           });
         }
+      });
+
+      it("a request that sets no output limit reserves its persona's default, not limits.default_max_tokens", async () => {
+        const hi = [{ role: 'user', content: 'hi' }];
+        // limits.default_max_tokens is 1,024: after one such reservation a budget of 500 admits no
+        // more, where five of 16 fit; and a budget of 2,000 admits a second 1,024, where the
+        // persona's 3,000 (what the engine is asked for) leaves no room.
+        for (const [path, body] of [
+          ['/v1/chat/completions', { model: 'terse', messages: hi, mode: 'async' }],
+          ['/v1/responses', { model: 'terse', input: 'hi', background: true }],
+        ] as const) {
+          expect(await atOnce(await limited(500), path, Array(5).fill(body)), path).toEqual({
+            admitted: 5,
+            refused: 0,
+          });
+        }
+        for (const [path, body] of [
+          ['/v1/chat/completions', { model: 'verbose', messages: hi, mode: 'async' }],
+          ['/v1/responses', { model: 'verbose', input: 'hi', background: true }],
+        ] as const) {
+          expect(await atOnce(await limited(2000), path, [body, body]), path).toEqual({
+            admitted: 1,
+            refused: 1,
+          });
+        }
+        // The caller's own limit outranks the persona's.
+        const own = { model: 'verbose', messages: hi, max_tokens: 8, mode: 'async' };
+        expect(await atOnce(await limited(2000), '/v1/chat/completions', [own, own])).toEqual({
+          admitted: 2,
+          refused: 0,
+        });
       });
 
       it('a retry with the same Idempotency-Key is the same request, though its context changed size since', async () => {
