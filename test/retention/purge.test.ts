@@ -345,9 +345,10 @@ for (const storeCase of storeCases) {
     it('a changed jobs.retention holds for jobs that ended before it, longer or shorter; a deleted job stays expired', async () => {
       const { store, runtime } = kiln.server;
       const orgId = (await store.orgs.byName('retention'))?.id as string;
-      // Ended 2 s ago and dated by the server's 3 s retention, as the server would have.
-      const finishedAt = Date.now() - 2000;
-      const ended = (id: string) =>
+      // Ended 1.5 s ago and dated by the server's 3 s retention, as the server would have: 1.5 s
+      // before that date passes (and the server's own purger takes the job), 0.5 s past the
+      // shorter retention below.
+      const ended = (id: string, finishedAt: number) =>
         store.driver.run(
           `INSERT INTO jobs (id, org_id, key_id, kind, mode, status, request, result, max_attempts,
              queue_deadline, run_limit_ms, created_at, finished_at, expires_at)
@@ -355,8 +356,9 @@ for (const storeCase of storeCases) {
           [id, orgId, finishedAt, finishedAt - 1000, finishedAt, finishedAt + 3000],
         );
       const [kept, deleted, late] = [uuidv7(), uuidv7(), uuidv7()];
-      await ended(kept);
-      await ended(deleted);
+      const finishedAt = Date.now() - 1500;
+      await ended(kept, finishedAt);
+      await ended(deleted, finishedAt);
       expect(await store.jobs.forget(orgId, deleted)).toBe(true);
       const expiry = async (id: string) => (await store.jobs.byId(id))?.expires_at;
 
@@ -370,10 +372,11 @@ for (const storeCase of storeCases) {
 
       // Restarted one by one: a process still on the 3 s retention ends a job meanwhile; the next
       // process started with the hour dates that one too, and only that one.
-      await ended(late);
+      const lateFinishedAt = Date.now() - 1500;
+      await ended(late, lateFinishedAt);
       const next = new Purger(store, runtime.files, { ...SETTINGS, jobsKeptMs: 3_600_000 }, silent);
       expect((await next.purge()).redated).toBe(1);
-      expect(await expiry(late)).toBe(finishedAt + 3_600_000);
+      expect(await expiry(late)).toBe(lateFinishedAt + 3_600_000);
       // A shorter one expires the jobs, and the same pass purges them.
       const shorter = new Purger(store, runtime.files, { ...SETTINGS, jobsKeptMs: 1000 }, silent);
       const purged = await shorter.purge();
