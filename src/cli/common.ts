@@ -13,7 +13,7 @@ export class UsageError extends Error {
 /**
  * The server-side configuration, as `kiln serve` would read it (the global --config included).
  * Loaded on use, as is everything heavy here: a `kiln` command that needs no configuration (the
- * client commands, --help) starts in a third of the time without the schema and its validator.
+ * client commands, --help) starts sooner without the schema and its validator (bench/cli.ts).
  */
 export async function serverConfig(command: Command) {
   const { loadConfig } = await import('../config/load.js');

@@ -51,13 +51,6 @@ function runEditor(editor: string, file: string): string | undefined {
   }
 }
 
-/**
- * `kiln ctx edit <name>`: the context's content in the user's editor, saved back with If-Match on
- * the version that was opened, so that a teammate's save in the meantime is never overwritten: the
- * save is refused, and the edit is kept in its file for the user to compare and save deliberately.
- * A name that does not exist yet is created (If-None-Match: *); an unchanged or emptied file saves
- * nothing. Whatever goes wrong once the user has edited, the edit is kept and its file named.
- */
 /** `ref` if the gateway would take it as a context's name; the validator loads only here. */
 async function validName(ref: string): Promise<string> {
   const [{ assertValid }, { ContextName }] = await Promise.all([
@@ -67,6 +60,13 @@ async function validName(ref: string): Promise<string> {
   return assertValid<string>(ContextName, ref, 'name');
 }
 
+/**
+ * `kiln ctx edit <name>`: the context's content in the user's editor, saved back with If-Match on
+ * the version that was opened, so that a teammate's save in the meantime is never overwritten: the
+ * save is refused, and the edit is kept in its file for the user to compare and save deliberately.
+ * A name that does not exist yet is created (If-None-Match: *); an unchanged or emptied file saves
+ * nothing. Whatever goes wrong once the user has edited, the edit is kept and its file named.
+ */
 export function ctxEditCommand(ctx: Command): void {
   ctx
     .command('edit <id-or-name>')

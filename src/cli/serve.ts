@@ -117,8 +117,8 @@ export function serveCommands(program: Command): void {
         { workers: config.jobs.workers, store: runtime.store.dialect, metrics: scrapes?.url },
         'kiln worker is running',
       );
+      const { parseDuration } = await import('../config/duration.js');
       onStop(logger, async () => {
-        const { parseDuration } = await import('../config/duration.js');
         await runtime.drain(Date.now() + parseDuration(config.shutdown_grace));
         await scrapes?.close();
         await runtime.close();
