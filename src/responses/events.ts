@@ -76,8 +76,6 @@ interface OpenCall {
   id: string;
   index: number;
   callId: string;
-  /** Whether the engine gave the call its id (`callId`), rather than Kiln. */
-  named: boolean;
   name: string;
   /** The arguments as they stream in; `args` is set from them when the call closes. */
   pieces: StreamedText;
@@ -95,10 +93,8 @@ export class ResponseEvents {
   #seq: number;
   readonly #items: Array<OpenMessage | OpenCall> = [];
   #message: OpenMessage | undefined;
-  /** Open calls by the chunk's `tool_calls[].index`. */
+  /** Open calls by the chunk's `tool_calls[].index` (numbered 0, 1, 2 … by the engine call). */
   readonly #calls = new Map<number, OpenCall>();
-  /** Open calls whose index a later call took over. */
-  readonly #superseded: OpenCall[] = [];
   #finishReason: string | null = null;
   #started = false;
 
@@ -183,12 +179,6 @@ export class ResponseEvents {
     const key = typeof delta.index === 'number' ? delta.index : this.#calls.size;
     const fn = (delta.function ?? {}) as { name?: unknown; arguments?: unknown };
     let call = this.#calls.get(key);
-    // A new id at an index a call already holds is another call: Ollama numbers every call of a
-    // parallel set 0 (ollama/ollama#15457). The one before stays open until the output closes.
-    if (call?.named && typeof delta.id === 'string' && delta.id !== '' && delta.id !== call.callId) {
-      this.#superseded.push(call);
-      call = undefined;
-    }
     if (!call) {
       // Text after a call would be a new message item: the current one is closed now.
       this.#closeMessage();
@@ -198,7 +188,6 @@ export class ResponseEvents {
         id,
         index: this.#items.length,
         callId: typeof delta.id === 'string' && delta.id !== '' ? delta.id : `call_${id.slice(3, 27)}`,
-        named: typeof delta.id === 'string' && delta.id !== '',
         name: typeof fn.name === 'string' ? fn.name : '',
         pieces: new StreamedText(),
         args: '',
@@ -262,9 +251,8 @@ export class ResponseEvents {
   /** Closes every open item and answers the output, as the stored response holds it. */
   close(status: 'completed' | 'incomplete'): Item[] {
     this.#closeMessage(status);
-    const open = [...this.#superseded, ...this.#calls.values()].sort((a, b) => a.index - b.index);
-    this.#superseded.length = 0;
-    for (const call of open) {
+    // In the order they opened, which is their order in the output.
+    for (const call of this.#calls.values()) {
       call.args = call.pieces.toString();
       this.#emit({
         type: 'response.function_call_arguments.done',

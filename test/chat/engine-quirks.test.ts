@@ -24,6 +24,12 @@ const CALL = {
   function: { name: 'get_weather', arguments: '{"city":"Oslo"}' },
 };
 
+const PARALLEL = ['hello.py', 'world.py', 'again.py'].map((path, i) => ({
+  id: `call_${i}`,
+  type: 'function',
+  function: { name: 'file_write', arguments: JSON.stringify({ filePath: path }) },
+}));
+
 /** The engine's answer, chosen by the request's last message. */
 function answer(quirk: string): { json?: unknown; events?: string[] } {
   const opening = chunk({ role: 'assistant', content: '' });
@@ -76,6 +82,18 @@ function answer(quirk: string): { json?: unknown; events?: string[] } {
           ],
           usage: USAGE,
         },
+      };
+    case 'parallel-zero':
+      // Ollama's parallel calls (ollama/ollama#15457): each whole, its own id, every one at index 0.
+      return {
+        events: [
+          opening,
+          ...PARALLEL.map(({ id, type, function: fn }) =>
+            chunk({ tool_calls: [{ index: 0, id, type, function: fn }] }),
+          ),
+          chunk({}, 'tool_calls'),
+          event({ ...UP, choices: [], usage: USAGE }),
+        ],
       };
     default:
       return { events: [opening, ...contents, finish, event({ ...UP, choices: [], usage: USAGE })] };
@@ -174,6 +192,43 @@ for (const storeCase of storeCases) {
       const final = await stream.finalChatCompletion();
       expect(final.choices[0]?.finish_reason).toBe('tool_calls');
       expect(final.choices[0]?.message.tool_calls).toEqual([CALL]);
+    });
+
+    it('parallel tool calls an engine numbered all 0 reach a stream numbered 0, 1, 2, and a response as three', async () => {
+      // The official client's stream helper joins deltas by index: numbered as the engine sent
+      // them, the three calls would be one, its arguments three JSON texts run together.
+      const helper = client.chat.completions.stream({
+        model: 'tm',
+        messages: [{ role: 'user', content: 'parallel-zero' }],
+      });
+      const final = await helper.finalChatCompletion();
+      expect(final.choices[0]?.finish_reason).toBe('tool_calls');
+      expect(final.choices[0]?.message.tool_calls).toEqual(PARALLEL);
+      const stream = await client.chat.completions.create({
+        model: 'tm',
+        messages: [{ role: 'user', content: 'parallel-zero' }],
+        stream: true,
+      });
+      const indices: Array<[number, string | undefined]> = [];
+      for await (const part of stream)
+        for (const call of part.choices[0]?.delta.tool_calls ?? []) indices.push([call.index, call.id]);
+      expect(indices).toEqual(PARALLEL.map(({ id }, i) => [i, id]));
+      // The sync answer, folded from the same stream, has the same three calls.
+      const whole = await client.chat.completions.create({
+        model: 'tm',
+        messages: [{ role: 'user', content: 'parallel-zero' }],
+      });
+      expect(whole.choices[0]?.message.tool_calls).toEqual(PARALLEL);
+      // And a response, streamed or not, has three function_call items.
+      const calls = (output: OpenAI.Responses.ResponseOutputItem[]) =>
+        output.map((item) =>
+          item.type === 'function_call' ? [item.call_id, item.name, item.arguments] : item.type,
+        );
+      const expected = PARALLEL.map(({ id, function: fn }) => [id, fn.name, fn.arguments]);
+      const response = await client.responses.create({ model: 'tm', input: 'parallel-zero' });
+      expect(calls(response.output)).toEqual(expected);
+      const events = client.responses.stream({ model: 'tm', input: 'parallel-zero' });
+      expect(calls((await events.finalResponse()).output)).toEqual(expected);
     });
 
     it('two streams pipelined on one HTTP/1.1 connection each get all of their events', async () => {

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { CompletionAssembler } from '../../src/engines/openai/assemble.js';
+import { ToolCallNumbering } from '../../src/engines/openai/tool-call-numbering.js';
 import type { ChatChunk } from '../../src/engines/types.js';
 import { argumentFragments, interleavedCallDeltas } from '../fixtures/tool-calls.js';
 
@@ -62,13 +63,19 @@ describe('folding a stream into a completion', () => {
 
   it('parallel calls an engine numbered all 0, each whole with its own id (Ollama), are two calls', () => {
     // As Ollama streams them (ollama/ollama#15457): each call complete in one delta, both index 0.
+    // The engine call renumbers them before they are folded.
     const folded = new CompletionAssembler();
-    folded.add(chunk({ role: 'assistant', content: '' }));
+    const numbering = new ToolCallNumbering();
+    const add = (c: ChatChunk) => {
+      numbering.renumber(c);
+      folded.add(c);
+    };
+    add(chunk({ role: 'assistant', content: '' }));
     for (const [id, path] of [
       ['call_a', 'hello.py'],
       ['call_b', 'world.py'],
     ] as const) {
-      folded.add(
+      add(
         chunk({
           tool_calls: [
             {
@@ -81,7 +88,7 @@ describe('folding a stream into a completion', () => {
         }),
       );
     }
-    folded.add({ ...chunk({}), choices: [{ index: 0, delta: {}, finish_reason: 'tool_calls' }] });
+    add({ ...chunk({}), choices: [{ index: 0, delta: {}, finish_reason: 'tool_calls' }] });
     expect(folded.result().choices[0]?.message.tool_calls).toEqual([
       {
         type: 'function',

@@ -20,8 +20,6 @@ interface ChoiceState {
   tools: ToolCallDelta[];
   /** Each tool call's arguments so far, by the call's index. */
   toolArgs: StreamedText[];
-  /** Where an engine index now goes, when a new call took it over (see #addToolCalls). */
-  slots: Map<number, number>;
   /** `logprobs.content` (and `refusal`) entries, in order; null until a chunk carries logprobs. */
   logprobs: { content: unknown[]; refusal: unknown[] } | null;
   /** Other per-choice fields an engine sends (`stop_reason`, …), last value wins. */
@@ -100,7 +98,6 @@ export class CompletionAssembler {
         finish_reason: null,
         tools: [],
         toolArgs: [],
-        slots: new Map(),
         logprobs: null,
         extra: {},
       };
@@ -137,25 +134,19 @@ export class CompletionAssembler {
 
   #addToolCalls(state: ChoiceState, calls: ToolCallDelta[] | undefined): void {
     for (const call of calls ?? []) {
-      let slot = state.slots.get(call.index) ?? call.index;
-      let into = state.tools[slot];
-      // A new id at an index a call already holds is another call: Ollama numbers every call of a
-      // parallel set 0 (ollama/ollama#15457), which would otherwise join them into one.
-      if (into?.id && call.id && call.id !== into.id) {
-        slot = state.tools.length;
-        state.slots.set(call.index, slot);
-        into = undefined;
-      }
+      // Numbered 0, 1, 2 … already, where the engine did not (ToolCallNumbering).
+      const { index } = call;
+      let into = state.tools[index];
       if (!into) {
-        into = { index: slot, function: { name: '', arguments: '' } };
-        state.tools[slot] = into;
+        into = { index, function: { name: '', arguments: '' } };
+        state.tools[index] = into;
       }
       if (call.id) into.id = call.id;
       if (call.type) into.type = call.type;
       if (call.function?.name) (into.function as { name: string }).name += call.function.name;
       if (call.function?.arguments) {
-        state.toolArgs[slot] ??= new StreamedText();
-        (state.toolArgs[slot] as StreamedText).add(call.function.arguments);
+        state.toolArgs[index] ??= new StreamedText();
+        (state.toolArgs[index] as StreamedText).add(call.function.arguments);
       }
     }
   }

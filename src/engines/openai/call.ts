@@ -10,6 +10,7 @@ import { CompletionAssembler, chunksOf } from './assemble.js';
 import { ContentChunkShape } from './chunk-shape.js';
 import { isContextLengthError } from './discovery.js';
 import { SseDecoder } from './sse.js';
+import { ToolCallNumbering } from './tool-call-numbering.js';
 
 /** Most of an error body or a non-stream answer kept; beyond it the answer is broken. */
 const MAX_BODY_BYTES = 64 * 1024 * 1024;
@@ -72,6 +73,7 @@ export function asEngineError(error: unknown, replica: ReplicaTarget, beforeOutp
 export class ChatStreamCall implements Dispatcher.DispatchHandler {
   readonly #decoder = new SseDecoder();
   readonly #assembler = new CompletionAssembler();
+  readonly #calls = new ToolCallNumbering();
   #shape: ContentChunkShape | undefined;
   #controller: Dispatcher.DispatchController | undefined;
   #status = 0;
@@ -169,6 +171,8 @@ export class ChatStreamCall implements Dispatcher.DispatchHandler {
       chunk.choices = [];
       data = JSON.stringify(chunk);
     }
+    // Tool calls an engine numbered all 0 reach the caller and the completion numbered 0, 1, 2 ….
+    if (this.#calls.renumber(chunk)) data = JSON.stringify(chunk);
     this.#shape = ContentChunkShape.learn(chunk, data) ?? this.#shape;
     this.#assembler.add(chunk);
     if (this.#first) {
