@@ -33,6 +33,8 @@ export const errorCatalogue = {
   cancelled: { status: 409, type: 'conflict_error' },
   // The engine refused the request as the caller's fault (its 4xx): the engine's words, never retried.
   'engine-rejected': { status: 400, type: 'invalid_request_error' },
+  // An image input's https:// URL, fetched when the job ran, gave no image (the caller's fault).
+  'invalid-image-url': { status: 400, type: 'invalid_request_error' },
   'inference-failed': { status: 502, type: 'server_error' },
   'workflow-model-missing': { status: 502, type: 'server_error' },
   'worker-lost': { status: 502, type: 'server_error' },

@@ -104,7 +104,13 @@ export function jobError(job: JobRow, poll: Record<string, unknown>): KilnError 
       ]
     : undefined;
   // `param` names a field only where the engine named one: not every refusal is the messages'.
-  const param = engine && typeof engine.param !== 'string' ? { param: null } : {};
+  // A kind's own failure may name the field at fault (`invalid-image-url`).
+  const param =
+    typeof poll.param === 'string'
+      ? { param: poll.param }
+      : engine && typeof engine.param !== 'string'
+        ? { param: null }
+        : {};
   return new KilnError(code, message, { attach: { job: poll }, ...(details ? { details } : {}), ...param });
 }
 

@@ -62,17 +62,23 @@ function asJobFailure(error: EngineError): JobFailure {
 }
 
 /**
- * An engine's refusal names messages by their place in what it was sent (`messages[3]`), where the
- * persona's and the contexts' messages come first: said instead as `name` calls the caller's own
- * (undefined: left as the engine said it).
+ * A failure that names messages by their place in what the engine was sent (`messages[3]`: an
+ * engine's refusal, where the persona's and the contexts' messages come first; an image that could
+ * not be fetched): said instead as `name` calls the caller's own (undefined: left as it was said).
  */
 export function renameMessages(failure: unknown, name: (index: number) => string | undefined): unknown {
-  if (!(failure instanceof JobFailure) || failure.code !== 'engine-rejected') return failure;
+  if (!(failure instanceof JobFailure)) return failure;
   const shift = (text: string) =>
     text.replace(/\bmessages\[(\d+)\]/g, (whole, n: string) => name(Number(n)) ?? whole);
-  const engine = failure.extra.engine_error as Record<string, unknown> | undefined;
-  const param = typeof engine?.param === 'string' ? { param: shift(engine.param) } : {};
-  const extra = engine ? { ...failure.extra, engine_error: { ...engine, ...param } } : failure.extra;
+  let extra: Record<string, unknown>;
+  if (failure.code === 'invalid-image-url') {
+    const { param } = failure.extra;
+    extra = typeof param === 'string' ? { ...failure.extra, param: shift(param) } : failure.extra;
+  } else if (failure.code === 'engine-rejected') {
+    const engine = failure.extra.engine_error as Record<string, unknown> | undefined;
+    const param = typeof engine?.param === 'string' ? { param: shift(engine.param) } : {};
+    extra = engine ? { ...failure.extra, engine_error: { ...engine, ...param } } : failure.extra;
+  } else return failure;
   return new JobFailure(failure.code, shift(failure.message), extra, failure.status);
 }
 

@@ -1,5 +1,6 @@
 import sharp from 'sharp';
 import { type ErrorDetail, KilnError, validationError } from '../errors.js';
+import { JobFailure } from '../jobs/kinds.js';
 import { createOutboundAgent, requestFollowingRedirects } from '../net/http.js';
 import type { OutboundPolicy } from '../net/policy.js';
 
@@ -111,7 +112,11 @@ export async function checkImageRef(
   await policy.checkUrl(ref, field, { schemes: ['https:'] });
 }
 
-/** The image itself, when the job runs: decoded, or fetched with every hop and address checked. */
+/**
+ * The image itself, when the job runs: decoded, or fetched with every hop and address checked. A
+ * URL that gives no image (unreachable, not 200, too large, not an image, a hop not allowed) fails
+ * the job `invalid-image-url`, its `param` the field.
+ */
 export async function loadImage(
   ref: string,
   field: string,
@@ -124,6 +129,23 @@ export async function loadImage(
     const data = decodeDataUri(ref, field, maxBytes);
     return { data, contentType: await imageType(data, field, formats) };
   }
+  try {
+    return await fetchImage(ref, field, policy, maxBytes, signal, formats);
+  } catch (error) {
+    // Checked before the job existed, the URL gave no image now: the caller's error, not the run's.
+    if (!(error instanceof KilnError) || signal.aborted) throw error;
+    throw new JobFailure('invalid-image-url', error.message, { param: field });
+  }
+}
+
+async function fetchImage(
+  ref: string,
+  field: string,
+  policy: OutboundPolicy,
+  maxBytes: number,
+  signal: AbortSignal,
+  formats: ImageFormats,
+): Promise<ImageInput> {
   const agent = createOutboundAgent(policy, { headersTimeout: 30_000, bodyTimeout: 30_000 });
   try {
     const response = await requestFollowingRedirects(agent, policy, ref, {

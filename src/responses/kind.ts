@@ -107,11 +107,16 @@ export function responseKind(deps: ChatDeps): JobKind<ResponseJobRequest> {
         const earlier = await conversation(deps.store, job.orgId, request.previous);
         const origins: number[] = [];
         const own = chatMessages([...earlier, ...request.input], origins);
-        const messages = [...before, ...(await inlineMessageImages(own, deps.images, signal))];
-        inputItem = (n: number) => {
-          const item = (origins[n - before.length] ?? -1) - earlier.length;
+        // The input item a message of `own` came from; undefined for an earlier turn's.
+        const itemOf = (n: number) => {
+          const item = (origins[n] ?? -1) - earlier.length;
           return item >= 0 ? `input[${item}]` : undefined;
         };
+        const inlined = await inlineMessageImages(own, deps.images, signal).catch((failure: unknown) => {
+          throw renameMessages(failure, itemOf);
+        });
+        const messages = [...before, ...inlined];
+        inputItem = (n: number) => itemOf(n - before.length);
         const body = withDefaults(model.persona?.defaults, request.chat);
         const { completion, route } = await chatThroughRouter(job, router, {
           model,

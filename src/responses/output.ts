@@ -137,6 +137,11 @@ export function endOf(finishReason: string | null | undefined): {
  * `invalid_prompt`, …), so the code is the nearest of them and the message starts with Kiln's own.
  */
 export function responseError(code: string, message: string): { code: string; message: string } {
-  const openai = code === 'engine-rejected' ? 'invalid_prompt' : 'server_error';
+  const openai =
+    code === 'engine-rejected'
+      ? 'invalid_prompt'
+      : code === 'invalid-image-url'
+        ? 'invalid_image_url'
+        : 'server_error';
   return { code: openai, message: `${code}: ${message}` };
 }

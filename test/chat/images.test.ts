@@ -218,10 +218,55 @@ describe('images in chat and Responses requests', () => {
   it('a safe https image is fetched by Kiln when the job runs, never handed to the engine', async () => {
     const [connections, engineCalls] = [imageConnections, asked.length];
     const answer = await chat({ url: `https://img.test:${imagePort}/cat.png` });
-    // The image host is no TLS server, so Kiln's own fetch fails, and the job with it.
-    expect(answer.status, JSON.stringify(answer.body)).toBe(502);
-    expect(answer.body.error.code).toBe('inference-failed');
+    // The image host is no TLS server, so Kiln's own fetch fails, and the job with it: the
+    // caller's URL gave no image, a 400 naming the part, not a gateway error.
+    expect(answer.status, JSON.stringify(answer.body)).toBe(400);
+    expect(answer.body.error).toMatchObject({
+      type: 'invalid_request_error',
+      code: 'invalid-image-url',
+      param: 'messages[0].content[1].image_url',
+    });
+    expect(answer.body.error.message).toMatch(
+      /^messages\[0\]\.content\[1\]\.image_url could not be fetched: /,
+    );
+    expect(answer.body.job).toMatchObject({ status: 'failed', code: 'invalid-image-url' });
     expect(imageConnections).toBeGreaterThan(connections);
+    expect(asked.length).toBe(engineCalls);
+  });
+
+  it('Responses: an https image that gives no image fails the response with a 400 naming its input item', async () => {
+    const engineCalls = asked.length;
+    const image = { type: 'input_image', image_url: `https://img.test:${imagePort}/cat.png` };
+    const input = [
+      { role: 'user', content: 'first, some text' },
+      { role: 'user', content: [{ type: 'input_text', text: 'what is this?' }, image] },
+    ];
+    const answer = await kiln.call('POST', '/v1/responses', { body: { model: 'm', input } });
+    expect(answer.status, JSON.stringify(answer.body)).toBe(400);
+    expect(answer.body.error).toMatchObject({
+      code: 'invalid-image-url',
+      param: 'input[1].content[1].image_url',
+    });
+    expect(answer.body.error.message).toMatch(/^input\[1\]\.content\[1\]\.image_url could not be fetched/);
+    // Streamed, the response fails with OpenAI's code for it.
+    const streamed = await kiln.call('POST', '/v1/responses', { body: { model: 'm', input, stream: true } });
+    expect(streamed.status, JSON.stringify(streamed.body)).toBe(400);
+    expect(streamed.body.error).toMatchObject({
+      code: 'invalid-image-url',
+      param: 'input[1].content[1].image_url',
+    });
+    const background = await kiln.call('POST', '/v1/responses', {
+      body: { model: 'm', input, background: true },
+    });
+    expect(background.status).toBe(200);
+    let polled = background.body;
+    for (let i = 0; i < 100 && (polled.status === 'queued' || polled.status === 'in_progress'); i++) {
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      polled = (await kiln.call('GET', `/v1/responses/${background.body.id}`)).body;
+    }
+    expect(polled.status).toBe('failed');
+    expect(polled.error.code).toBe('invalid_image_url');
+    expect(polled.error.message).toMatch(/^invalid-image-url: input\[1\]\.content\[1\]\.image_url could not/);
     expect(asked.length).toBe(engineCalls);
   });
 });

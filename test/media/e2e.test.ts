@@ -123,7 +123,7 @@ describe('video and images through a ComfyUI runner', () => {
     expect(v1).toBe(createHmac('sha256', 'transition-secret').update(`${t}.${hookCall?.body}`).digest('hex'));
   }, 90_000);
 
-  it('an image that cannot be fetched fails the job with a message naming its field, on one line', async () => {
+  it('an image that cannot be fetched fails the job invalid-image-url, naming its field, on one line', async () => {
     const refused = await kiln.call('POST', '/v1/videos/transitions', {
       body: {
         start_image: start,
@@ -132,10 +132,12 @@ describe('video and images through a ComfyUI runner', () => {
       },
     });
     expect(refused.status).toBe(202);
+    // The caller's URL gave no image: its own code, naming the field, not the runner's failure.
     expect(await settle(kiln, `/v1/jobs/${refused.body.id}`)).toMatchObject({
       status: 'failed',
-      code: 'inference-failed',
+      code: 'invalid-image-url',
       message: 'end_image could not be fetched: ECONNREFUSED',
+      param: 'end_image',
     });
     // TLS spoken to a plain-HTTP server: the TLS library's words, its first line, after the field.
     const plain = `https://127.0.0.1:${(receiver.address() as AddressInfo).port}/a.png`;
@@ -143,9 +145,16 @@ describe('video and images through a ComfyUI runner', () => {
       body: { start_image: plain, size: '512x512' },
     });
     const failed = await settle(kiln, `/v1/jobs/${wrong.body.id}`);
-    expect(failed.status).toBe('failed');
+    expect(failed).toMatchObject({ status: 'failed', code: 'invalid-image-url', param: 'start_image' });
     expect(failed.message).toMatch(/^start_image could not be fetched: \S/);
     expect(failed.message).not.toContain('\n');
+    // Waited on (`Prefer: wait`), it is answered as a caller's error: 400, the field as `param`.
+    const waited = await kiln.call('POST', '/v1/videos/transitions', {
+      body: { start_image: plain, size: '512x512' },
+      headers: { prefer: 'wait=20' },
+    });
+    expect(waited.status, JSON.stringify(waited.body)).toBe(400);
+    expect(waited.body.error).toMatchObject({ code: 'invalid-image-url', param: 'start_image' });
   }, 60_000);
 
   it('wan-2.2 against a runner lacking it fails workflow-model-missing with the runner’s own words', async () => {
