@@ -25,6 +25,7 @@ export const errorCatalogue = {
   'context-too-large': { status: 413, type: 'invalid_request_error' },
   'unsupported-media-type': { status: 415, type: 'invalid_request_error' },
   'range-not-satisfiable': { status: 416, type: 'invalid_request_error' },
+  'expectation-failed': { status: 417, type: 'invalid_request_error' },
   // Limits: a rate (requests or tokens per minute, concurrent jobs) or a budget (a day's or month's worth).
   'rate-limited': { status: 429, type: 'rate_limit_error' },
   'budget-exceeded': { status: 429, type: 'insufficient_quota' },

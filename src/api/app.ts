@@ -166,6 +166,15 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
  * or not UTF-8: decoding it would turn its bad bytes into U+FFFD and store that as if it were sent.
  * A compressed body (`Content-Encoding: gzip`) is 415: Kiln reads bodies as they are sent.
  */
+function isJson(text: string): boolean {
+  try {
+    JSON.parse(text);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
 function acceptEmptyJsonWithoutBody(app: FastifyInstance): void {
   const parseJson = app.getDefaultJsonParser('error', 'error');
   app.removeContentTypeParser('application/json');
@@ -193,7 +202,21 @@ function acceptEmptyJsonWithoutBody(app: FastifyInstance): void {
         done(new KilnError('invalid-json', message, { details: [{ field: 'body', rule: 'json', message }] }));
         return;
       }
-      parseJson(request, bytes.toString('utf8'), done);
+      const text = bytes.toString('utf8');
+      parseJson(request, text, (error, parsed) => {
+        if (error && isJson(text)) {
+          // JSON, refused for a key that sets an object's prototype: said so, not "not JSON".
+          const message =
+            'the body has a "__proto__" key, or a "constructor" holding "prototype", which Kiln refuses anywhere in a body';
+          done(
+            new KilnError('validation-failed', message, {
+              details: [{ field: 'body', rule: 'json', message }],
+            }),
+          );
+          return;
+        }
+        done(error, parsed);
+      });
     },
   );
 }

@@ -1,4 +1,4 @@
-import { STATUS_CODES } from 'node:http';
+import { type IncomingMessage, type ServerResponse, STATUS_CODES } from 'node:http';
 import type { Duplex } from 'node:stream';
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { type ErrorBody, type ErrorCode, KilnError, validationError } from '../errors.js';
@@ -63,7 +63,7 @@ export function toKilnError(error: FastifyError | KilnError | Error): KilnError 
   }
   const status = statusCode(fastify);
   if (status === 400) {
-    // e.g. a JSON body carrying __proto__, or a malformed URL
+    // e.g. a malformed URL
     return new KilnError('validation-failed', fastify.message, {
       details: [{ field: 'body', rule: 'request', message: fastify.message }],
     });
@@ -116,8 +116,31 @@ export function answerClientError(error: NodeJS.ErrnoException, socket: Duplex):
   socket.destroy(error);
 }
 
+/**
+ * An `Expect` other than `100-continue` (the one Node answers itself), which Node would refuse with
+ * an empty 417: refused in the envelope instead, before the request reaches any route.
+ */
+function refuseExpectation(request: IncomingMessage, response: ServerResponse): void {
+  const expectation = String(request.headers.expect).slice(0, 100);
+  const message = `Expect: ${expectation} is not supported; only 100-continue is`;
+  const body = JSON.stringify(
+    errorEnvelope(
+      new KilnError('expectation-failed', message, {
+        details: [{ field: 'headers.expect', rule: 'enum', message, allowed: ['100-continue'] }],
+      }),
+    ),
+  );
+  response.writeHead(417, {
+    'content-type': 'application/json; charset=utf-8',
+    'content-length': Buffer.byteLength(body),
+    connection: 'close',
+  });
+  response.end(body);
+}
+
 /** Installs the error and not-found handlers that give every non-2xx answer the envelope. */
 export function installErrorHandling(app: FastifyInstance): void {
+  app.server.on('checkExpectation', refuseExpectation);
   app.setErrorHandler((error: FastifyError, request, reply) => sendError(error, request, reply));
   app.setNotFoundHandler((request, reply) => {
     const error = new KilnError('route-not-found', `no route ${request.method} ${request.url.split('?')[0]}`);

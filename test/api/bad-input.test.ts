@@ -295,10 +295,32 @@ describe('bad input never yields a 500', () => {
     expectEnvelope(parse(await raw('NOT HTTP AT ALL\r\n\r\n')), 400, 'validation-failed');
     const huge = `GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: ${'a'.repeat(64 * 1024)}\r\n\r\n`;
     expectEnvelope(parse(await raw(huge)), 413, 'request-too-large');
+    // An expectation Node does not meet: its 417 has the envelope too, and nothing is stored.
+    const body = '{"name":"expected","content":"x"}';
+    const expecting = parse(
+      await raw(
+        `POST /api/v1/contexts HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${kiln.adminKey}\r\n` +
+          `Content-Type: application/json\r\nContent-Length: ${body.length}\r\nExpect: weird\r\n\r\n${body}`,
+      ),
+    );
+    expectEnvelope(expecting, 417, 'expectation-failed');
+    expect(expecting.body.error.param).toBe('headers.expect');
+    expect((await kiln.call('GET', '/api/v1/contexts/expected')).status).toBe(404);
   });
 
-  it('prototype poisoning is refused', async () => {
-    expectEnvelope(await post('{"name":"p","content":"x","__proto__":{"admin":true}}'), 400);
+  it('prototype poisoning is refused, as what it is rather than as JSON that is not JSON', async () => {
+    for (const body of [
+      '{"name":"p","content":"x","__proto__":{"admin":true}}',
+      '{"name":"p","content":"x","meta":{"constructor":{"prototype":{"admin":true}}}}',
+    ]) {
+      const answer = await post(body);
+      expectEnvelope(answer, 400, 'validation-failed');
+      expect(answer.body.error.message).toContain('"__proto__"');
+      expect(answer.body.error.details).toEqual([expect.objectContaining({ field: 'body', rule: 'json' })]);
+    }
+    // A body that is not JSON at all is still said to be so.
+    expectEnvelope(await post('{"__proto__":'), 400, 'invalid-json');
+    expect((await kiln.call('GET', '/api/v1/contexts/p')).status).toBe(404);
   });
 
   it('unknown routes and methods are 404 with the envelope, even unauthenticated', async () => {
