@@ -1,4 +1,5 @@
 import { describe, expect, it } from 'vitest';
+import { ToolCallNumbering } from '../../src/engines/openai/tool-call-numbering.js';
 import type { ChatChunk } from '../../src/engines/types.js';
 import { ResponseEvents } from '../../src/responses/events.js';
 import { argumentFragments, interleavedCallDeltas } from '../fixtures/tool-calls.js';
@@ -77,17 +78,19 @@ describe('a streamed response’s events', () => {
       (type, index) => `${type === 'message' ? 'msg' : 'fc'}_${index}`,
     );
     stream.start({ id: 'resp_1', status: 'in_progress' });
+    // The engine call numbers them 0, 1 before any caller sees them (ToolCallNumbering).
+    const numbering = new ToolCallNumbering();
     for (const [id, path] of [
       ['call_a', 'hello.py'],
       ['call_b', 'world.py'],
     ] as const) {
-      stream.chunk(
-        chunk({
-          tool_calls: [
-            { index: 0, id, function: { name: 'file_write', arguments: JSON.stringify({ filePath: path }) } },
-          ],
-        }),
-      );
+      const called = chunk({
+        tool_calls: [
+          { index: 0, id, function: { name: 'file_write', arguments: JSON.stringify({ filePath: path }) } },
+        ],
+      });
+      numbering.renumber(called);
+      stream.chunk(called);
     }
     stream.chunk(chunk({}, 'tool_calls'));
     expect(stream.close('completed')).toEqual([
