@@ -133,7 +133,7 @@ export async function checkWebhook(
 /**
  * The one submission path of every generation endpoint: checks the webhook address, honours
  * Idempotency-Key, records the job, then answers by mode — `async` 202 at once (or, with
- * `Prefer: wait=N`, the result if the job ends within N seconds), `sync` when the job is terminal:
+ * `Prefer: wait=N`, 200 and the job's poll body if it ends within N seconds), `sync` when the job is terminal:
  * its result or its error, never a 202, however long that takes within the kind's limits. A sync
  * caller that goes away cancels its job.
  */
@@ -159,14 +159,20 @@ export async function submitJob(
   if (windows) reply.headers(rateHeaders(windows));
   request.log.info({ job_id: job.id, kind: job.kind, mode: job.mode, replayed }, 'job submitted');
 
-  const accepted = () => {
+  /** An async submission's answer: the job as it stands, `row` once a `Prefer: wait` is over. */
+  const accepted = (row: JobRow = job) => {
     if (options.accepted) {
-      const answer = options.accepted(job);
+      const answer = options.accepted(row);
       return reply.status(answer.status).send(answer.body);
     }
     // A replay answers as the first submission did: with its request (its seed), not this one's.
+    // Waited on and over: the job as its poll answers it, whatever its outcome (Replicate's way).
+    if (isTerminal(row.status)) return reply.status(200).send(deps.jobs.poll(row));
     const body = submissionBody(job, options.kind, replayed ? JSON.parse(job.request) : options.request);
-    return reply.status(202).header('location', body.polling_url).send(body);
+    return reply
+      .status(202)
+      .header('location', body.polling_url)
+      .send(row === job ? body : { ...body, status: row.status });
   };
   const wait = options.mode === 'async' ? preferWait(request) : undefined;
   if (options.mode === 'async' && wait === undefined) return accepted();
@@ -193,8 +199,9 @@ export async function submitJob(
   const done = await deps.jobs
     .waitForTerminal(job.id, waitMs, undefined, replayed ? undefined : job)
     .finally(stopWatchingClient);
+  if (isTerminal(done.status)) reply.headers(options.headers?.(done) ?? {});
+  if (wait !== undefined) return accepted(done);
   if (!isTerminal(done.status)) return accepted();
-  reply.headers(options.headers?.(done) ?? {});
   // The result as it was stored: JSON already, sent without another parse and serialisation. A
   // replay's was stored earlier: its files' URLs are signed afresh, as a poll's are.
   if (done.status === 'completed')

@@ -101,11 +101,13 @@ const IdempotencyKey = text(
 const SUBMISSION_HEADERS = Type.Object({
   'Idempotency-Key': Type.Optional(IdempotencyKey),
   Prefer: Type.Optional(
-    text('`wait=N` with `mode: "async"`: answer the result if the job ends within N seconds, else 202'),
+    text(
+      '`wait=N` with `mode: "async"`: 200 and the job (as its poll answers it) if it ends within N seconds, else 202',
+    ),
   ),
 });
 
-/** A generation: its result when it ends in time (`sync`, or `Prefer: wait=N`), else a 202 to poll. */
+/** A generation: its result (`sync`), or the job once over (`Prefer: wait=N`), else a 202 to poll. */
 const submitted = (result: unknown) => ({
   200: result,
   202: {

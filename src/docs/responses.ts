@@ -124,7 +124,9 @@ export const Submission = json(
   Type.Object({
     id: Type.String(),
     object: Type.String({ description: 'e.g. chat.completion.async, video.transition' }),
-    status: Type.Literal('queued'),
+    status: Type.Union([Type.Literal('queued'), Type.Literal('running')], {
+      description: '`queued`; after a `Prefer: wait=N` that ran out, as the job stands then',
+    }),
     polling_url: Type.String({ description: 'GET it for the job' }),
     created: UnixSeconds,
   }),
@@ -378,10 +380,20 @@ const media = (description: string, content: Record<string, TSchema>) => ({
 
 const EventStream = Type.String({ description: 'server-sent events, as OpenAI streams them' });
 
-export const ChatAnswer = media('the completion (`sync`), or its chunks as server-sent events (`stream`)', {
-  'application/json': ChatCompletion,
-  'text/event-stream': EventStream,
-});
+/** An async submission that ended within its `Prefer: wait=N`: the job, as its poll answers it. */
+const Waited = (result: TSchema) =>
+  Type.Object(
+    { ...Job.properties, result: Type.Optional(result) },
+    { description: 'the job (`Prefer: wait=N`)' },
+  );
+
+export const ChatAnswer = media(
+  'the completion (`sync`), its chunks as server-sent events (`stream`), or the job once over (`async` with `Prefer: wait=N`)',
+  {
+    'application/json': Type.Union([ChatCompletion, Waited(ChatCompletion)]),
+    'text/event-stream': EventStream,
+  },
+);
 export const ResponseAnswer = media('the response, or its events as server-sent events (`stream: true`)', {
   'application/json': ResponseObject,
   'text/event-stream': EventStream,
@@ -390,7 +402,10 @@ export const ResponseRetrieved = media('the response, or its events again (`stre
   'application/json': ResponseObject,
   'text/event-stream': EventStream,
 });
-export const ImagesAnswer = json(ImagesResult, 'the images (`sync`)');
+export const ImagesAnswer = json(
+  Type.Union([ImagesResult, Waited(ImagesResult)]),
+  'the images (`sync`), or the job once over (`async` with `Prefer: wait=N`)',
+);
 
 const VideoResult = Type.Object({
   url: Type.String({ description: 'a signed URL of the video' }),
@@ -402,7 +417,7 @@ const VideoResult = Type.Object({
   content_type: Type.String(),
   seed: Type.Integer({ description: 'render the same clip again with it' }),
 });
-export const VideoAnswer = json(VideoResult, 'the video, when it is done within `Prefer: wait=N`');
+export const VideoAnswer = json(Waited(VideoResult), 'the job, when it ended within `Prefer: wait=N`');
 export const ReferencePage = media('the reference page (Swagger UI, served from this gateway)', {
   'text/html': Type.String(),
 });

@@ -466,15 +466,15 @@ describe('the OpenAPI document, against the live server', () => {
       body: { start_image: png, end_image: png, duration_seconds: 1 },
     });
     expect(transition.status, JSON.stringify(transition.body)).toBe(202);
-    // Waited for: the result itself, once with an idempotency key.
+    // Waited for: the job with its result, once with an idempotency key.
     const waited = await documented('POST /v1/videos/generations', '/v1/videos/generations', {
       headers: { prefer: 'wait=20', 'idempotency-key': 'openapi-waited' },
       body: { prompt: 'a kiln', duration_seconds: 1 },
     });
-    expect([waited.status, waited.body.content_type], JSON.stringify(waited.body)).toEqual([
-      200,
-      'video/webm',
-    ]);
+    expect(
+      [waited.status, waited.body.status, waited.body.result?.content_type],
+      JSON.stringify(waited.body),
+    ).toEqual([200, 'completed', 'video/webm']);
     const waitedTransition = await documented('POST /v1/videos/transitions', '/v1/videos/transitions', {
       headers: { prefer: 'wait=20' },
       body: { start_image: png, duration_seconds: 1 },

@@ -112,7 +112,7 @@ for (const storeCase of storeCases) {
       expect(slow.body).toEqual({ slept: 1500, attempt: 1 });
     });
 
-    it('Prefer: wait=N on an async submission: the result within N seconds, else 202 after N', async () => {
+    it('Prefer: wait=N on an async submission: the job as its poll answers it within N seconds, else 202 after N', async () => {
       const started = Date.now();
       const slow = await submit({ ms: 2000 }, { prefer: 'wait=1' });
       const waited = Date.now() - started;
@@ -120,14 +120,34 @@ for (const storeCase of storeCases) {
       expect(slow.headers.get('preference-applied')).toBe('wait=1');
       expect(waited).toBeGreaterThanOrEqual(950);
       expect(waited).toBeLessThan(1900);
-      expect(slow.body).toMatchObject({ object: 'test.sleep.async', polling_url: expect.any(String) });
+      // As it stands after the wait: running by now.
+      expect(slow.body).toMatchObject({
+        object: 'test.sleep.async',
+        status: 'running',
+        polling_url: expect.any(String),
+      });
+      expect(slow.headers.get('location')).toBe(slow.body.polling_url);
       expect(await settle(kiln, slow.body.id)).toMatchObject({
         status: 'completed',
         result: { slept: 2000 },
       });
+      // Ended in time: 200 and the poll body, its id with it, whatever the outcome.
       const quick = await submit({ ms: 200 }, { prefer: 'respond-async, wait=1' });
       expect(quick.status).toBe(200);
-      expect(quick.body).toEqual({ slept: 200, attempt: 1 });
+      expect(quick.body).toMatchObject({
+        object: 'job',
+        status: 'completed',
+        result: { slept: 200, attempt: 1 },
+      });
+      expect(quick.body).toEqual((await kiln.call('GET', `/v1/jobs/${quick.body.id}`)).body);
+      const failed = await submit({ ms: 1, fail: 'engine exploded' }, { prefer: 'wait=1' });
+      expect(failed.status).toBe(200);
+      expect(failed.body).toMatchObject({
+        object: 'job',
+        status: 'failed',
+        code: 'inference-failed',
+        message: 'engine exploded',
+      });
       // Capped at jobs.sync_timeout (1 s).
       const capped = await submit({ ms: 1500 }, { prefer: 'wait=30' });
       expect(capped.status).toBe(202);

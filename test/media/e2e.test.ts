@@ -148,13 +148,18 @@ describe('video and images through a ComfyUI runner', () => {
     expect(failed).toMatchObject({ status: 'failed', code: 'invalid-image-url', param: 'start_image' });
     expect(failed.message).toMatch(/^start_image could not be fetched: \S/);
     expect(failed.message).not.toContain('\n');
-    // Waited on (`Prefer: wait`), it is answered as a caller's error: 400, the field as `param`.
+    // Waited on (`Prefer: wait`): the failed job, with its id, as a poll answers it.
     const waited = await kiln.call('POST', '/v1/videos/transitions', {
       body: { start_image: plain, size: '512x512' },
       headers: { prefer: 'wait=20' },
     });
-    expect(waited.status, JSON.stringify(waited.body)).toBe(400);
-    expect(waited.body.error).toMatchObject({ code: 'invalid-image-url', param: 'start_image' });
+    expect(waited.status, JSON.stringify(waited.body)).toBe(200);
+    expect(waited.body).toMatchObject({
+      id: expect.stringMatching(/^vidgen-/),
+      status: 'failed',
+      code: 'invalid-image-url',
+      param: 'start_image',
+    });
   }, 60_000);
 
   it('wan-2.2 against a runner lacking it fails workflow-model-missing with the runner’s own words', async () => {
