@@ -50,7 +50,8 @@ function asJobFailure(error: EngineError): JobFailure {
       engine_error: { status: error.status, ...error.engineFields },
     });
   }
-  if (error.kind === 'timeout') return new JobFailure('engine-timeout', error.message, {}, 'timeout');
+  // Out of time is the engine's failure (DESIGN.md's table): the job's own limits alone end it `timeout`.
+  if (error.kind === 'timeout') return new JobFailure('engine-timeout', error.message);
   // Nobody to ask (no replica up, connections refused, 503/429): the fleet is unavailable, not the answer wrong.
   if (
     error.kind === 'unavailable' &&
@@ -79,7 +80,7 @@ export function renameMessages(failure: unknown, name: (index: number) => string
     const param = typeof engine?.param === 'string' ? { param: shift(engine.param) } : {};
     extra = engine ? { ...failure.extra, engine_error: { ...engine, ...param } } : failure.extra;
   } else return failure;
-  return new JobFailure(failure.code, shift(failure.message), extra, failure.status);
+  return new JobFailure(failure.code, shift(failure.message), extra);
 }
 
 /**

@@ -84,8 +84,6 @@ export class JobFailure extends Error {
     readonly code: string,
     message: string,
     readonly extra: Record<string, unknown> = {},
-    /** `timeout` for failures that are the engine running out of time. */
-    readonly status: 'failed' | 'timeout' = 'failed',
   ) {
     super(message);
     this.name = 'JobFailure';

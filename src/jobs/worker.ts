@@ -320,7 +320,7 @@ export class Worker {
         outcome =
           error instanceof JobFailure
             ? {
-                status: error.status,
+                status: 'failed',
                 error: { code: error.code, message: storable(error.message), details: error.extra },
               }
             : {

@@ -121,12 +121,7 @@ async function run(
       );
     }
     if ((error as Error).name === 'TimeoutError') {
-      throw new JobFailure(
-        'engine-timeout',
-        `runner ${lease.runner.name} took longer than its timeout`,
-        {},
-        'timeout',
-      );
+      throw new JobFailure('engine-timeout', `runner ${lease.runner.name} took longer than its timeout`);
     }
     throw error;
   } finally {

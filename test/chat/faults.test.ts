@@ -71,7 +71,7 @@ describe('chat under load and faults', () => {
     expect(answers.map((a) => a.status).sort()).toEqual([200, 504, 504]);
     const late = answers.find((a) => a.status === 504);
     expect(late?.body.error).toMatchObject({ code: 'engine-timeout', type: 'server_error' });
-    expect(late?.body.job).toMatchObject({ status: 'timeout', code: 'engine-timeout' });
+    expect(late?.body.job).toMatchObject({ status: 'failed', code: 'engine-timeout' });
   });
 
   it('a replica dying mid-stream: the client sees an error, the job fails inference-failed', async () => {
@@ -125,7 +125,7 @@ describe('chat under load and faults', () => {
     expect(String(ok.body)).toMatch(/data: \[DONE\]/);
   });
 
-  it('a hanging replica times out: 504 engine-timeout, the job ends timeout', async () => {
+  it('a hanging replica times out: 504 engine-timeout, the job failed (the engine’s failure, not its own limit)', async () => {
     sims = await simPool(1);
     await sims[0]?.setFault({ kind: 'hang' });
     const server = await start({ engines: { local: engine('unique', sims, { timeout: '300ms' }) } });
@@ -133,7 +133,7 @@ describe('chat under load and faults', () => {
     const answer = await chat(server);
     expect(answer.status).toBe(504);
     expect(answer.body.error.code).toBe('engine-timeout');
-    expect(answer.body.job.status).toBe('timeout');
+    expect(answer.body.job.status).toBe('failed');
     expect(Date.now() - started).toBeLessThan(5000);
   });
 
