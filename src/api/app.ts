@@ -159,13 +159,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   return app;
 }
 
-/**
- * Many clients send `Content-Type: application/json` and no body on a POST that takes none
- * (`POST /v1/jobs/{id}/cancel`): a route without a body schema gets no body instead of a 400. Where
- * a body is expected, an empty one is still 400 `invalid-json`, and so is any body that is not JSON,
- * or not UTF-8: decoding it would turn its bad bytes into U+FFFD and store that as if it were sent.
- * A compressed body (`Content-Encoding: gzip`) is 415: Kiln reads bodies as they are sent.
- */
+/** Whether `text` is JSON (Fastify's parser also refuses JSON that sets a prototype). */
 function isJson(text: string): boolean {
   try {
     JSON.parse(text);
@@ -175,6 +169,13 @@ function isJson(text: string): boolean {
   }
 }
 
+/**
+ * Many clients send `Content-Type: application/json` and no body on a POST that takes none
+ * (`POST /v1/jobs/{id}/cancel`): a route without a body schema gets no body instead of a 400. Where
+ * a body is expected, an empty one is still 400 `invalid-json`, and so is any body that is not JSON,
+ * or not UTF-8: decoding it would turn its bad bytes into U+FFFD and store that as if it were sent.
+ * A compressed body (`Content-Encoding: gzip`) is 415: Kiln reads bodies as they are sent.
+ */
 function acceptEmptyJsonWithoutBody(app: FastifyInstance): void {
   const parseJson = app.getDefaultJsonParser('error', 'error');
   app.removeContentTypeParser('application/json');

@@ -165,9 +165,9 @@ export async function submitJob(
       const answer = options.accepted(row);
       return reply.status(answer.status).send(answer.body);
     }
-    // A replay answers as the first submission did: with its request (its seed), not this one's.
     // Waited on and over: the job as its poll answers it, whatever its outcome (Replicate's way).
     if (isTerminal(row.status)) return reply.status(200).send(deps.jobs.poll(row));
+    // A replay answers as the first submission did: with its request (its seed), not this one's.
     const body = submissionBody(job, options.kind, replayed ? JSON.parse(job.request) : options.request);
     return reply
       .status(202)

@@ -133,7 +133,7 @@ export async function loadImage(
     return await fetchImage(ref, field, policy, maxBytes, signal, formats);
   } catch (error) {
     // Checked before the job existed, the URL gave no image now: the caller's error, not the run's.
-    if (!(error instanceof KilnError) || signal.aborted) throw error;
+    if (!(error instanceof KilnError) || error.status >= 500 || signal.aborted) throw error;
     throw new JobFailure('invalid-image-url', error.message, { param: field });
   }
 }
