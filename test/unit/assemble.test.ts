@@ -33,7 +33,8 @@ describe('folding a stream into a completion', () => {
       choices: [
         {
           index: 0,
-          message: { role: 'assistant', content: 'Hello, world' },
+          // `refusal` null, as OpenAI's message always carries it (vLLM's non-stream answer too).
+          message: { role: 'assistant', content: 'Hello, world', refusal: null },
           finish_reason: 'stop',
           logprobs: null,
         },
@@ -188,6 +189,52 @@ describe('folding a stream into a completion', () => {
       reasoning_content: thoughts.join(''),
       refusal: 'I will not say more.',
     });
-    expect(Object.keys(message)).toEqual(['role', 'content', 'reasoning_content', 'refusal']);
+    // `refusal` in OpenAI's place, after `content`; other fields where the engine first sent them.
+    expect(Object.keys(message)).toEqual(['role', 'content', 'refusal', 'reasoning_content']);
+  });
+
+  it('a choice that only refused has null content, and logprobs keep both of OpenAI’s keys', () => {
+    const folded = new CompletionAssembler();
+    folded.add(chunk({ role: 'assistant', content: '' }));
+    folded.add({
+      ...chunk({ refusal: 'I cannot help with that.' }),
+      choices: [
+        {
+          index: 0,
+          delta: { refusal: 'I cannot help with that.' },
+          finish_reason: null,
+          logprobs: {
+            content: null,
+            refusal: [{ token: 'I', logprob: -0.1, bytes: [73], top_logprobs: [] }],
+          },
+        },
+      ],
+    });
+    const refused = folded.result().choices[0];
+    expect(refused?.message).toEqual({
+      role: 'assistant',
+      content: null,
+      refusal: 'I cannot help with that.',
+    });
+    expect(refused?.logprobs).toEqual({
+      content: [],
+      refusal: [{ token: 'I', logprob: -0.1, bytes: [73], top_logprobs: [] }],
+    });
+    const answered = new CompletionAssembler();
+    answered.add({
+      ...chunk({}),
+      choices: [
+        {
+          index: 0,
+          delta: { content: 'Hi' },
+          finish_reason: null,
+          logprobs: { content: [{ token: 'Hi', logprob: -0.2, bytes: [72, 105], top_logprobs: [] }] },
+        },
+      ],
+    });
+    expect(answered.result().choices[0]?.logprobs).toEqual({
+      content: [{ token: 'Hi', logprob: -0.2, bytes: [72, 105], top_logprobs: [] }],
+      refusal: null,
+    });
   });
 });

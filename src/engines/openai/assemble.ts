@@ -26,10 +26,10 @@ interface ChoiceState {
   extra: Record<string, unknown>;
 }
 
-/** A choice's content: its text, or null for one that made only tool calls and no text. */
-function contentOf(text: StreamedText | undefined, calls: boolean): string | null {
+/** A choice's content: its text, or null for one that made only tool calls or a refusal and no text. */
+function contentOf(text: StreamedText | undefined, otherwise: boolean): string | null {
   const content = text?.toString() ?? '';
-  return content === '' && calls ? null : content;
+  return content === '' && otherwise ? null : content;
 }
 
 /** Delta fields that are text to concatenate, beyond `content`: reasoning models' and refusals. */
@@ -92,7 +92,8 @@ export class CompletionAssembler {
     let state = this.#choices.get(index);
     if (!state) {
       state = {
-        message: { role: 'assistant', content: null },
+        // `refusal` null unless one streams: OpenAI's message always has the field.
+        message: { role: 'assistant', content: null, refusal: null },
         text: undefined,
         texts: new Map(),
         finish_reason: null,
@@ -164,9 +165,9 @@ export class CompletionAssembler {
           message: {
             ...message,
             ...Object.fromEntries([...texts].map(([key, value]) => [key, value.toString()])),
-            // A choice that produced no text (only tool calls) has null content, as non-streams answer,
-            // also when its engine streamed an empty `content` first (vLLM's opening chunk).
-            content: contentOf(text, tools.length > 0),
+            // A choice that produced no text (only tool calls, or a refusal) has null content, as
+            // non-streams answer, also when its engine streamed an empty `content` first (vLLM's).
+            content: contentOf(text, tools.length > 0 || texts.has('refusal')),
             ...(tools.length
               ? {
                   tool_calls: tools.map(({ index: i, ...call }) => ({
@@ -179,7 +180,7 @@ export class CompletionAssembler {
           },
           finish_reason,
           logprobs: logprobs
-            ? { content: logprobs.content, ...(logprobs.refusal.length ? { refusal: logprobs.refusal } : {}) }
+            ? { content: logprobs.content, refusal: logprobs.refusal.length ? logprobs.refusal : null }
             : null,
           ...extra,
         })),
