@@ -41,28 +41,46 @@ describe.each<FlavorName>(['vllm', 'llama.cpp'])('n choices through Kiln to a %s
   }
 
   let syncTexts: string[];
+  let promptTokens: number;
 
   it('sync: the completion holds both choices', async () => {
     const completion = await client.chat.completions.create(request);
     syncTexts = expectTwo(completion.choices);
     for (const choice of completion.choices) expect(choice.finish_reason).toBe('length');
-    // vLLM counts both choices' tokens; llama.cpp each choice's own (Kiln keeps what it reports).
-    expect(completion.usage?.completion_tokens).toBe(flavor === 'vllm' ? 12 : 6);
+    // Both choices' tokens, the prompt once: vLLM counts them so; llama.cpp ends each choice with a
+    // usage chunk of its own, which Kiln adds up.
+    expect(completion.usage?.completion_tokens).toBe(12);
+    expect(completion.usage?.total_tokens).toBe((completion.usage?.prompt_tokens ?? 0) + 12);
+    promptTokens = completion.usage?.prompt_tokens ?? 0;
+    expect(promptTokens).toBeGreaterThan(0);
   });
 
   it('stream: chunks for both indexes, each choice finished, the same texts (openai stream helper)', async () => {
     const stream = client.chat.completions.stream({ ...request, stream_options: { include_usage: true } });
     const indexes = new Set<number>();
     const finished: number[] = [];
+    const usages: Array<{ usage: unknown; afterFinishes: number }> = [];
     for await (const chunk of stream) {
       expect(chunk.object).toBe('chat.completion.chunk');
       for (const choice of chunk.choices) {
         indexes.add(choice.index);
         if (choice.finish_reason) finished.push(choice.index);
       }
+      if (chunk.usage) usages.push({ usage: chunk.usage, afterFinishes: finished.length });
     }
     expect([...indexes].sort()).toEqual([0, 1]);
     expect(finished.sort()).toEqual([0, 1]);
+    // One usage chunk, for the whole request, once both choices are done, as OpenAI sends it.
+    expect(usages).toEqual([
+      {
+        usage: expect.objectContaining({
+          prompt_tokens: promptTokens,
+          completion_tokens: 12,
+          total_tokens: promptTokens + 12,
+        }),
+        afterFinishes: 2,
+      },
+    ]);
     const final = await stream.finalChatCompletion();
     expect(expectTwo(final.choices)).toEqual(syncTexts);
   });
@@ -78,5 +96,9 @@ describe.each<FlavorName>(['vllm', 'llama.cpp'])('n choices through Kiln to a %s
     }
     expect(job.status).toBe('completed');
     expect(expectTwo(job.result.choices)).toEqual(syncTexts);
+    expect(job.result.usage.completion_tokens).toBe(12);
+    // The ledger counts what each answer said, both choices: the sync, the stream and this job.
+    const usage = await kiln.call('GET', '/api/v1/usage');
+    expect(usage.body.data).toMatchObject([{ kind: 'chat', jobs: 3, output_units: 36 }]);
   });
 });

@@ -42,6 +42,31 @@ export function upstreamError(text: string): { message: string; fields: Record<s
   return { message: text.slice(0, 500) || 'no error message', fields: {} };
 }
 
+/**
+ * Two choices' usage as one request's: the prompt counted once, the completion tokens (and their
+ * details' counts, such as `reasoning_tokens`) added.
+ */
+export function addUsage(
+  a: ChatChunk['usage'],
+  b: NonNullable<ChatChunk['usage']>,
+): NonNullable<ChatChunk['usage']> {
+  if (!a) return b;
+  const completion = a.completion_tokens + b.completion_tokens;
+  const details = (x: unknown) => (x && typeof x === 'object' ? (x as Record<string, unknown>) : undefined);
+  const [da, db] = [details(a.completion_tokens_details), details(b.completion_tokens_details)];
+  const summed = da && db ? { completion_tokens_details: sumCounts(da, db) } : {};
+  return { ...a, completion_tokens: completion, total_tokens: a.prompt_tokens + completion, ...summed };
+}
+
+function sumCounts(a: Record<string, unknown>, b: Record<string, unknown>): Record<string, unknown> {
+  const sum: Record<string, unknown> = { ...a };
+  for (const key in b) {
+    const [x, y] = [a[key], b[key]];
+    sum[key] = typeof x === 'number' && typeof y === 'number' ? x + y : (x ?? y);
+  }
+  return sum;
+}
+
 /** undici's and the socket's failures, as engine errors. */
 export function asEngineError(error: unknown, replica: ReplicaTarget, beforeOutput: boolean): EngineError {
   if (error instanceof EngineError) return error;
@@ -85,6 +110,9 @@ export class ChatStreamCall implements Dispatcher.DispatchHandler {
   #sent = false;
   #first = true;
   #done = false;
+  /** With n > 1, the usage chunks so far, summed (its text while there is one): one goes on at `[DONE]`. */
+  #usage: { chunk: ChatChunk; text: string | undefined } | undefined;
+  readonly #choices: number;
   #settled = false;
   readonly #onData = (data: string) => this.#event(data);
   readonly #onAbort = () => this.#controller?.abort(this.#aborted());
@@ -96,6 +124,7 @@ export class ChatStreamCall implements Dispatcher.DispatchHandler {
     private readonly reject: (error: EngineError) => void,
   ) {
     call.signal.addEventListener('abort', this.#onAbort, { once: true });
+    this.#choices = typeof call.body.n === 'number' ? call.body.n : 1;
   }
 
   #aborted(): EngineError {
@@ -139,6 +168,8 @@ export class ChatStreamCall implements Dispatcher.DispatchHandler {
     if (this.#done || this.#settled) return;
     if (data === '[DONE]') {
       this.#done = true;
+      const usage = this.#usage;
+      if (usage) this.#deliver(usage.chunk, usage.text ?? JSON.stringify(usage.chunk));
       return;
     }
     // An event with empty data (`data:` alone, as a proxy's keep-alive may send) carries nothing.
@@ -173,6 +204,20 @@ export class ChatStreamCall implements Dispatcher.DispatchHandler {
     }
     // Tool calls an engine numbered all 0 reach the caller and the completion numbered 0, 1, 2 ….
     if (this.#calls.renumber(chunk)) data = JSON.stringify(chunk);
+    // llama.cpp ends each of n > 1 choices with a usage chunk of its own, the first mid-stream: the
+    // caller and the ledger get one, for the whole request, before [DONE], as OpenAI sends it.
+    if (this.#choices > 1 && chunk.choices.length === 0 && chunk.usage) {
+      const before = this.#usage?.chunk.usage;
+      this.#usage = before
+        ? { chunk: { ...chunk, usage: addUsage(before, chunk.usage) }, text: undefined }
+        : { chunk, text: data };
+      return;
+    }
+    this.#deliver(chunk, data);
+  }
+
+  /** A parsed chunk, folded into the completion and handed on with its text. */
+  #deliver(chunk: ChatChunk, data: string): void {
     this.#shape = ContentChunkShape.learn(chunk, data) ?? this.#shape;
     this.#assembler.add(chunk);
     if (this.#first) {
