@@ -41,11 +41,12 @@ export async function preamble(
 }
 
 /**
- * The engine's failure, as the job's: its 4xx is the caller's error (`engine-rejected`, with the
- * engine's own fields), timeouts end `timeout`, a fleet that is down `engine-unavailable`.
+ * The engine's failure, as the job's: its 4xx (and llama.cpp's 500 for media its model cannot
+ * read) is the caller's error (`engine-rejected`, with the engine's own fields), running out of
+ * time `engine-timeout`, a fleet that is down `engine-unavailable`.
  */
 function asJobFailure(error: EngineError): JobFailure {
-  if (error.kind === 'rejected' && error.status !== undefined && error.status < 500) {
+  if (error.kind === 'rejected') {
     return new JobFailure('engine-rejected', error.message, {
       engine_error: { status: error.status, ...error.engineFields },
     });

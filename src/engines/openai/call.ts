@@ -67,6 +67,14 @@ function sumCounts(a: Record<string, unknown>, b: Record<string, unknown>): Reco
   return sum;
 }
 
+/**
+ * llama-server answers an image or audio part for a model served without its projector (`--mmproj`)
+ * with a 500 in these words: the request's fault, which no other try of it and no health check would
+ * mend, so it is refused as the engine's 4xx are rather than counted against the replica.
+ */
+const refusesMedia = (status: number, message: string) =>
+  status === 500 && /^(?:image|audio) input is not supported\b/.test(message);
+
 /** undici's and the socket's failures, as engine errors. */
 export function asEngineError(error: unknown, replica: ReplicaTarget, beforeOutput: boolean): EngineError {
   if (error instanceof EngineError) return error;
@@ -244,7 +252,7 @@ export class ChatStreamCall implements Dispatcher.DispatchHandler {
     const status = this.#status;
     if (status >= 400) {
       const { message, fields } = upstreamError(text);
-      if (status >= 500 || status === 429) {
+      if ((status >= 500 || status === 429) && !refusesMedia(status, message)) {
         this.#fail(
           new EngineError(
             `${this.replica.label} answered ${status}: ${message}`,

@@ -71,12 +71,40 @@ function llamaChecks(body: unknown): SimError | undefined {
     if (actual === expected || (expected === 'number' && actual === 'boolean')) continue;
     return bad(`Field '${name}': [json.exception.type_error.302] type must be ${expected}, but is ${actual}`);
   }
+  const media = mediaRefusal(body.messages);
+  if (media) return media;
   if (isObject(body.response_format)) {
     const type = body.response_format.type;
     if (!['text', 'json_object', 'json_schema'].includes(type as string)) {
       return bad(
         `response_format type must be one of "text" or "json_object", but got: ${String(type ?? '')}`,
       );
+    }
+  }
+  return undefined;
+}
+
+/**
+ * An image or audio part sent to a model served without its projector (the simulator's model has
+ * none: /props says `modalities.vision` false): llama-server throws while it reads the messages
+ * (oaicompat_chat_params_parse), which answers 500 `server_error` in these words.
+ */
+function mediaRefusal(messages: unknown): SimError | undefined {
+  for (const message of Array.isArray(messages) ? messages : []) {
+    const content = isObject(message) ? message.content : undefined;
+    for (const part of Array.isArray(content) ? content : []) {
+      const media = !isObject(part)
+        ? undefined
+        : part.type === 'image_url'
+          ? 'image'
+          : part.type === 'input_audio'
+            ? 'audio'
+            : undefined;
+      if (media)
+        return llamaError(
+          500,
+          `${media} input is not supported - hint: if this is unexpected, you may need to provide the mmproj`,
+        );
     }
   }
   return undefined;
