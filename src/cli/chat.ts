@@ -7,7 +7,7 @@ import {
   type Job,
   type KilnClient,
 } from '../client/index.js';
-import { clientFromEnv, sayPollRetry, table, UsageError } from './common.js';
+import { clientFromEnv, sayPollRetry, stopWaitingOnInterrupt, table, UsageError } from './common.js';
 
 interface ChatOptions {
   persona?: string;
@@ -187,16 +187,10 @@ export function chatCommands(program: Command): void {
         }
         // The id first, on stderr: should the wait be interrupted, the job goes on and can be found.
         process.stderr.write(`submitted ${submitted.id}; waiting for it\n`);
-        const onInterrupt = () => {
-          process.stderr.write(
-            `kiln: stopped waiting; the job goes on (kiln jobs wait ${submitted.id}, or kiln jobs cancel ${submitted.id})\n`,
-          );
-          process.exit(130);
-        };
-        process.once('SIGINT', onInterrupt);
+        const stopWatching = stopWaitingOnInterrupt(submitted.id);
         const job = await client.jobs
           .wait(submitted.id, { intervalMs: 250, onRetry: sayPollRetry(submitted.id) })
-          .finally(() => process.removeListener('SIGINT', onInterrupt));
+          .finally(stopWatching);
         if (json) printJson(job);
         if (job.status !== 'completed') return reportJobFailure(job);
         if (!json) printText(contentOf(job.result as ChatCompletion));

@@ -94,7 +94,10 @@ function answerHint(error: KilnApiError): string | undefined {
   if (!error.url) return undefined;
   const origin = new URL(error.url).origin;
   if (error.status === 401) {
-    return `the gateway at ${origin} did not accept the key: check KILN_API_KEY (or the admin.key it falls back on)`;
+    // The admin.key file is named only where it was used: no KILN_API_KEY was set.
+    const keyFile = path.join(process.env.KILN_DATA_DIR || './data', 'admin.key');
+    const which = process.env.KILN_API_KEY ? 'KILN_API_KEY' : `${keyFile}, used as KILN_API_KEY is unset`;
+    return `the gateway at ${origin} did not accept the key: check ${which}`;
   }
   const code = typeof error.body.code === 'string' ? error.body.code : '';
   if (code === 'route-not-found' || code.startsWith('http-')) {
@@ -118,6 +121,22 @@ export function sayPollRetry(id: string, before?: () => void) {
       error instanceof GatewayUnreachableError ? error.reason : `${error.body.code} (HTTP ${error.status})`;
     process.stderr.write(`kiln: polling ${id} failed: ${why}; trying again for up to a minute\n`);
   };
+}
+
+/**
+ * Ctrl-C while a command waits on job `id` stops the wait, not the job, and says how to pick it up
+ * again (`before` clears a progress line first). Answers what takes the handler off again.
+ */
+export function stopWaitingOnInterrupt(id: string, before?: () => void): () => void {
+  const onInterrupt = () => {
+    before?.();
+    process.stderr.write(
+      `kiln: stopped waiting; the job goes on (kiln jobs wait ${id}, or kiln jobs cancel ${id})\n`,
+    );
+    process.exit(130);
+  };
+  process.once('SIGINT', onInterrupt);
+  return () => process.removeListener('SIGINT', onInterrupt);
 }
 
 /** Prints any failure the way a user wants to read it, and answers the exit code. */

@@ -89,7 +89,14 @@ export function ctxEditCommand(ctx: Command): void {
       };
 
       const failed = runEditor(editor, file);
-      const bytes = readFileSync(file);
+      let bytes: Buffer;
+      try {
+        bytes = readFileSync(file);
+      } catch {
+        // The editor moved or deleted the file (saved elsewhere, say): there is no edit to save.
+        discard();
+        throw new UsageError(`${file} is gone after the editor: nothing was saved`);
+      }
       const changed = !bytes.equals(Buffer.from(opened, 'utf8'));
       if (failed) {
         const why = `the editor failed (${failed}): nothing was saved`;

@@ -1,6 +1,6 @@
 import type { Command } from 'commander';
 import type { Job, ListJobsQuery } from '../client/index.js';
-import { clientFromEnv, isoTime, sayPollRetry, table, UsageError } from './common.js';
+import { clientFromEnv, isoTime, sayPollRetry, stopWaitingOnInterrupt, table, UsageError } from './common.js';
 import { Progress } from './progress.js';
 
 const printJson = (value: unknown): void => {
@@ -51,6 +51,8 @@ export function jobsCommands(program: Command): void {
       const timeout = positive('--timeout', options.timeout);
       // A bar on stderr once the job reports progress (image and video jobs do; chat jobs do not).
       const progress = new Progress(id);
+      // Ctrl-C stops the wait, not the job, as every wait of the CLI does, and says so.
+      const stopWatching = stopWaitingOnInterrupt(id, () => progress.clear());
       const job = await clientFromEnv()
         .jobs.wait(id, {
           intervalMs,
@@ -61,7 +63,8 @@ export function jobsCommands(program: Command): void {
         .catch((error: unknown) => {
           progress.end();
           throw error;
-        });
+        })
+        .finally(stopWatching);
       progress.finish(job);
       printJson(job);
       if (job.status !== 'completed') process.exitCode = 1;

@@ -11,7 +11,7 @@ import type {
   VideoResult,
   VideoSubmission,
 } from '../client/index.js';
-import { clientFromEnv, sayPollRetry, UsageError } from './common.js';
+import { clientFromEnv, sayPollRetry, stopWaitingOnInterrupt, UsageError } from './common.js';
 import { formatBytes, Progress } from './progress.js';
 
 /** `kiln video transition|generate` and `kiln images generate` (DESIGN.md sections 7 and 8). */
@@ -186,12 +186,7 @@ function numbered(file: string, index: number): string {
  */
 async function waitWithProgress(client: KilnClient, id: string, intervalMs: number): Promise<Job> {
   const progress = new Progress(id, { eager: true });
-  const onInterrupt = () => {
-    progress.clear();
-    stderr(`kiln: stopped waiting; the job goes on (kiln jobs wait ${id}, or kiln jobs cancel ${id})`);
-    process.exit(130);
-  };
-  process.once('SIGINT', onInterrupt);
+  const stopWatching = stopWaitingOnInterrupt(id, () => progress.clear());
   try {
     const job = await client.jobs.wait(id, {
       intervalMs,
@@ -204,7 +199,7 @@ async function waitWithProgress(client: KilnClient, id: string, intervalMs: numb
     progress.end();
     throw error;
   } finally {
-    process.removeListener('SIGINT', onInterrupt);
+    stopWatching();
   }
 }
 

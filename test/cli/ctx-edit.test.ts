@@ -23,7 +23,7 @@ import { storeCases } from '../helpers/stores.js';
 const sqlite = storeCases[0] as (typeof storeCases)[number];
 
 const EDITOR_SCRIPT = `
-import { copyFileSync, readFileSync, writeFileSync } from 'node:fs';
+import { copyFileSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 const file = process.argv[2];
 const env = process.env;
 if (env.EDIT_SEEN) copyFileSync(file, env.EDIT_SEEN);
@@ -47,6 +47,7 @@ if (env.EDIT_DELETE) {
 if (env.EDIT_WRITE !== undefined) writeFileSync(file, env.EDIT_WRITE);
 if (env.EDIT_WRITE_HEX !== undefined) writeFileSync(file, Buffer.from(env.EDIT_WRITE_HEX, 'hex'));
 if (env.EDIT_APPEND) writeFileSync(file, readFileSync(file, 'utf8') + env.EDIT_APPEND);
+if (env.EDIT_REMOVE) rmSync(file);
 process.exit(Number(env.EDIT_EXIT ?? 0));
 `;
 
@@ -188,7 +189,7 @@ describe('kiln ctx edit', () => {
     rmSync(path.dirname(keptAgain), { recursive: true });
   });
 
-  it('saves nothing when the editor fails, keeping what it had written; nor when it leaves the file empty', async () => {
+  it('saves nothing when the editor fails, keeping what it had written; nor when it leaves the file empty or gone', async () => {
     await seed('keep-me', 'precious\n');
     const failedUntouched = await ctx(['ctx', 'edit', 'keep-me'], { env: { EDIT_EXIT: '3' } });
     expect(failedUntouched.code).toBe(1);
@@ -223,6 +224,11 @@ describe('kiln ctx edit', () => {
     );
     const keptLatin1 = /your edit is kept in (\S+)\n/.exec(latin1.stderr)?.[1] as string;
     rmSync(path.dirname(keptLatin1), { recursive: true });
+
+    // An editor that deletes its file leaves nothing to save, and is told so in words.
+    const removed = await ctx(['ctx', 'edit', 'keep-me'], { env: { EDIT_REMOVE: '1' } });
+    expect(removed.code).toBe(1);
+    expect(removed.stderr).toMatch(/^kiln: \S+keep-me is gone after the editor: nothing was saved\n$/);
 
     const after = await stored('keep-me');
     expect(after.content).toBe('precious\n');

@@ -1,4 +1,4 @@
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -81,8 +81,22 @@ describe('CLI: the gateway answered an error', () => {
     expect(result.code).toBe(1);
     expect(result.stderr).toBe(
       'kiln: unauthorized (HTTP 401): the API key is unknown or has been revoked\n' +
-        `  the gateway at ${server.url} did not accept the key: check KILN_API_KEY (or the admin.key it falls back on)\n`,
+        `  the gateway at ${server.url} did not accept the key: check KILN_API_KEY\n`,
     );
+    // Without KILN_API_KEY the key came from the data directory's admin.key: that is named instead.
+    const dataDir = mkdtempSync(path.join(tmpdir(), 'kiln-stale-key-'));
+    try {
+      writeFileSync(path.join(dataDir, 'admin.key'), 'kiln_sk_notarealkey000000000000000000000\n');
+      const fallen = await run(['ctx', 'list'], {
+        env: { KILN_BASE_URL: server.url, KILN_API_KEY: undefined, KILN_DATA_DIR: dataDir },
+      });
+      expect(fallen.code).toBe(1);
+      expect(fallen.stderr).toContain(
+        `did not accept the key: check ${path.join(dataDir, 'admin.key')}, used as KILN_API_KEY is unset\n`,
+      );
+    } finally {
+      rmSync(dataDir, { recursive: true, force: true });
+    }
   });
 
   it('a base URL with /v1 on it: the route it asked for, and the base URL to check', async () => {

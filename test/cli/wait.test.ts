@@ -225,10 +225,15 @@ describe('the client: a gateway that goes away right after it accepted a job', (
   });
 });
 
-describe('kiln chat --async --wait interrupted', () => {
-  it('names the job before it waits, and on Ctrl-C says the job goes on and how to pick it up again', async () => {
+describe('kiln chat --async --wait and kiln jobs wait interrupted', () => {
+  it.each([
+    ['chat --async --wait', ['chat', '--model', 'm', '--async', '--wait', 'hi']],
+    ['jobs wait', ['jobs', 'wait', 'chatcmpl-01a21f30-0000-7000-8000-000000000001']],
+  ])('%s: on Ctrl-C says the job goes on and how to pick it up again', async (command, args) => {
     const id = 'chatcmpl-01a21f30-0000-7000-8000-000000000001';
+    let polls = 0;
     const gateway = createServer((request, response) => {
+      if (request.method === 'GET') polls++;
       response.writeHead(request.method === 'POST' ? 202 : 200, { 'content-type': 'application/json' });
       response.end(
         JSON.stringify(
@@ -254,7 +259,7 @@ describe('kiln chat --async --wait interrupted', () => {
     });
     await new Promise<void>((resolve) => gateway.listen(0, '127.0.0.1', resolve));
     try {
-      const child = spawn(process.execPath, [KILN_BIN, 'chat', '--model', 'm', '--async', '--wait', 'hi'], {
+      const child = spawn(process.execPath, [KILN_BIN, ...args], {
         env: {
           PATH: process.env.PATH ?? '',
           KILN_BASE_URL: `http://127.0.0.1:${(gateway.address() as AddressInfo).port}`,
@@ -267,14 +272,16 @@ describe('kiln chat --async --wait interrupted', () => {
         stderr += chunk;
       });
       const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
-      await waitUntil(() => (stderr.includes('waiting for it') ? true : undefined), {
+      // The wait has begun once the job has been polled.
+      await waitUntil(() => (polls > 0 ? true : undefined), {
         timeoutMs: 10_000,
-        describe: () => `the wait to begin; stderr: ${stderr}`,
+        describe: () => `the first poll; stderr: ${stderr}`,
       });
       child.kill('SIGINT');
       expect(await exited).toBe(130);
+      // The chat command names the job before it waits.
       expect(stderr).toBe(
-        `submitted ${id}; waiting for it\n` +
+        (command === 'jobs wait' ? '' : `submitted ${id}; waiting for it\n`) +
           `kiln: stopped waiting; the job goes on (kiln jobs wait ${id}, or kiln jobs cancel ${id})\n`,
       );
     } finally {
