@@ -411,6 +411,14 @@ export class KilnClient {
           options,
         );
         if (!response.ok || !response.body) await client.#fail(response, await response.text());
+        // A gateway streams server-sent events; anything else came from something else at its address.
+        if (!response.headers.get('content-type')?.startsWith('text/event-stream'))
+          throw client.#notGateway(
+            response,
+            await response.text(),
+            '/v1/chat/completions',
+            'an event stream',
+          );
         yield* chatChunks(
           response.body as ReadableStream<Uint8Array>,
           (status, error) => new KilnApiError(status, error),
@@ -590,21 +598,26 @@ export class KilnClient {
     // Every JSON answer of the gateway is an object: anything else came from something else at
     // that address (a proxy's login page, another service), and must not pass for a result.
     if (data === null || typeof data !== 'object' || Array.isArray(data) || !fits(is, data)) {
-      const url = shownUrl(response.url || `${this.#baseUrl}${path}`);
-      const type = response.headers.get('content-type')?.split(';')[0] ?? 'no content type';
-      const sample = text.replace(/\s+/g, ' ').trim().slice(0, 80);
-      const what = sample ? `${type} (${sample})` : 'an empty body';
-      throw new KilnApiError(
-        response.status,
-        {
-          type: 'server_error',
-          code: 'invalid-answer',
-          message: `${url} answered ${response.status} with ${what}, not a Kiln gateway's JSON`,
-        },
-        url,
-      );
+      throw this.#notGateway(response, text, path, "a Kiln gateway's JSON");
     }
     return { status: response.status, data: data as T };
+  }
+
+  /** An answer that came from something else at the gateway's address: `invalid-answer`, sampled. */
+  #notGateway(response: Response, text: string, path: string, expected: string): KilnApiError {
+    const url = shownUrl(response.url || `${this.#baseUrl}${path}`);
+    const type = response.headers.get('content-type')?.split(';')[0] ?? 'no content type';
+    const sample = text.replace(/\s+/g, ' ').trim().slice(0, 80);
+    const what = sample ? `${type} (${sample})` : 'an empty body';
+    return new KilnApiError(
+      response.status,
+      {
+        type: 'server_error',
+        code: 'invalid-answer',
+        message: `${url} answered ${response.status} with ${what}, not ${expected}`,
+      },
+      url,
+    );
   }
 }
 

@@ -272,6 +272,17 @@ describe('CLI: another service answers JSON objects of its own', () => {
     );
   });
 
+  it('kiln chat --stream against JSON that is no event stream says so, not that a stream was cut', async () => {
+    const result = await run(['chat', '--model', 'm', '--stream', 'hi'], {
+      env: { KILN_BASE_URL: base, KILN_API_KEY: 'kiln_sk_any' },
+    });
+    expect([result.code, result.stdout]).toEqual([1, '']);
+    expect(result.stderr).toContain(
+      `kiln: invalid-answer (HTTP 200): ${base}/v1/chat/completions answered 200 with application/json ({"ok":true}), not an event stream\n`,
+    );
+    expect(result.stderr).toContain('check that KILN_BASE_URL is the gateway');
+  });
+
   it("kiln chat --list against an engine's model list (no kind, no readiness) says it is not Kiln's", async () => {
     const result = await run(['chat', '--list'], {
       env: { KILN_BASE_URL: base, KILN_API_KEY: 'kiln_sk_any' },
