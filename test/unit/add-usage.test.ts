@@ -25,4 +25,13 @@ describe('two choices’ usage as one request’s', () => {
       completion_tokens_details: { reasoning_tokens: 7, accepted_prediction_tokens: 1 },
     });
   });
+
+  it('adds nothing for a count an engine left out', () => {
+    const partial = { prompt_tokens: 10, completion_tokens: 'n/a' } as never;
+    expect(addUsage({ prompt_tokens: 10, completion_tokens: 4, total_tokens: 14 }, partial)).toMatchObject({
+      prompt_tokens: 10,
+      completion_tokens: 4,
+      total_tokens: 14,
+    });
+  });
 });

@@ -51,11 +51,18 @@ export function addUsage(
   b: NonNullable<ChatChunk['usage']>,
 ): NonNullable<ChatChunk['usage']> {
   if (!a) return b;
-  const completion = a.completion_tokens + b.completion_tokens;
+  // Counts an engine left out (or sent as no number) add nothing rather than making NaN.
+  const count = (x: unknown) => (typeof x === 'number' && Number.isFinite(x) ? x : 0);
+  const completion = count(a.completion_tokens) + count(b.completion_tokens);
   const details = (x: unknown) => (x && typeof x === 'object' ? (x as Record<string, unknown>) : undefined);
   const [da, db] = [details(a.completion_tokens_details), details(b.completion_tokens_details)];
   const summed = da && db ? { completion_tokens_details: sumCounts(da, db) } : {};
-  return { ...a, completion_tokens: completion, total_tokens: a.prompt_tokens + completion, ...summed };
+  return {
+    ...a,
+    completion_tokens: completion,
+    total_tokens: count(a.prompt_tokens) + completion,
+    ...summed,
+  };
 }
 
 function sumCounts(a: Record<string, unknown>, b: Record<string, unknown>): Record<string, unknown> {
