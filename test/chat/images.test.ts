@@ -248,7 +248,8 @@ describe('images in chat and Responses requests', () => {
       param: 'input[1].content[1].image_url',
     });
     expect(answer.body.error.message).toMatch(/^input\[1\]\.content\[1\]\.image_url could not be fetched/);
-    // Streamed, the response fails with OpenAI's code for it.
+    // Streamed, it fails before any event: an HTTP 400 too. In the background, the stored
+    // response fails with OpenAI's code for it.
     const streamed = await kiln.call('POST', '/v1/responses', { body: { model: 'm', input, stream: true } });
     expect(streamed.status, JSON.stringify(streamed.body)).toBe(400);
     expect(streamed.body.error).toMatchObject({
