@@ -34,6 +34,7 @@ export function fleetRoutes(app: FastifyInstance, deps: AppDeps): void {
             max_concurrency: replica.maxConcurrency,
             engine_load: replica.engineLoad ?? null,
             context_tokens: replica.contextTokens ?? null,
+            vision: replica.vision ?? null,
             prompt_tokens: cached?.prompt ?? 0,
             cached_tokens: cached?.reported ?? 0,
           };

@@ -32,6 +32,7 @@ interface SimLlmFlags {
   nonStreamDisconnect?: 'ignore' | 'cancel';
   loadMs?: number;
   ignoreStreamOptions?: boolean;
+  vision?: boolean;
 }
 
 /** One of the given words, for options that name a choice. */
@@ -123,6 +124,10 @@ export function simCommands(program: Command): void {
     .option(
       '--ignore-stream-options',
       'streams carry no usage chunk whatever stream_options asks, as a server that does not implement it',
+    )
+    .option(
+      '--vision',
+      'the model reads images (image_url parts), as llama-server with its --mmproj projector or a multimodal vLLM model',
     )
     .action(async (flags: SimLlmFlags) => {
       const { startLlmFleet } = await import('../sim/llm/server.js');

@@ -89,6 +89,12 @@ export const EngineSchema = Type.Object(
           'longest prompt plus output a replica accepts; default: read from the engine (/v1/models max_model_len, /props n_ctx)',
       }),
     ),
+    vision: Type.Optional(
+      Type.Boolean({
+        description:
+          'whether the model reads images; default: read from the engine (llama.cpp /props modalities.vision), else assumed',
+      }),
+    ),
   },
   { additionalProperties: false },
 );

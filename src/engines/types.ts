@@ -122,12 +122,20 @@ export interface EngineProbe {
   lifetimeCounter?: number;
 }
 
+/** What an engine says about the model it serves; each field only where the engine says it. */
+export interface ModelTraits {
+  /** Longest prompt plus output a request may use. */
+  contextTokens?: number;
+  /** Whether the model reads images (llama.cpp: whether it was started with a projector). */
+  vision?: boolean;
+}
+
 export interface EngineAdapter {
   readonly capabilities: {
     readonly streaming: boolean;
     readonly cancel: boolean;
     readonly prefixCache: boolean;
-    /** `probe`, `contextTokens` and `countTokens` ask the engine. */
+    /** `probe`, `describe` and `countTokens` ask the engine. */
     readonly introspection: boolean;
   };
   chat(replica: ReplicaTarget, call: ChatCall): Promise<ChatCompletion>;
@@ -135,8 +143,8 @@ export interface EngineAdapter {
   healthy(replica: ReplicaTarget, timeoutMs: number): Promise<boolean>;
   /** Load, KV capacity and restarts from the engine's metrics; empty when it exposes none. */
   probe(replica: ReplicaTarget, timeoutMs: number): Promise<EngineProbe>;
-  /** The replica's context size for `model` (its own name for it), when the engine says. */
-  contextTokens(replica: ReplicaTarget, model: string, timeoutMs: number): Promise<number | undefined>;
+  /** What the replica serves `model` (its own name for it) with, as far as the engine says. */
+  describe(replica: ReplicaTarget, model: string, timeoutMs: number): Promise<ModelTraits>;
   /** The prompt's exact size in the engine's tokens, when the engine can count them. */
   countTokens(
     replica: ReplicaTarget,

@@ -1,7 +1,13 @@
 import type { Logger } from 'pino';
 import { parseDuration } from '../config/duration.js';
 import type { Config } from '../config/schema.js';
-import { createAdapter, type EngineAdapter, EngineError, type ReplicaTarget } from '../engines/index.js';
+import {
+  createAdapter,
+  type EngineAdapter,
+  EngineError,
+  type ModelTraits,
+  type ReplicaTarget,
+} from '../engines/index.js';
 import type { RequestClass } from './classify.js';
 import type { RoutingMemory } from './memory.js';
 import { countRoute } from './metrics.js';
@@ -29,6 +35,10 @@ export class Replica implements ReplicaTarget, ReplicaView {
   discoveredKvTokens: number | undefined;
   /** The context size: configured, else discovered from the engine once it answers. */
   contextTokens: number | undefined;
+  /** Whether the model reads images: configured, else as the engine says; undefined: assumed. */
+  vision: boolean | undefined;
+  /** The engine has described its model since the replica last came up. */
+  described = false;
   lifetimeCounter: number | undefined;
   readonly apiKey: string | undefined;
   readonly timeoutMs: number;
@@ -52,6 +62,16 @@ export class Replica implements ReplicaTarget, ReplicaView {
     this.healthPath = config.health_path;
     this.label = `${engine} replica ${index}`;
     this.contextTokens = config.context_tokens;
+    this.vision = config.vision;
+  }
+
+  /** What the engine says of its model, where the config does not say it already. */
+  learn(traits: ModelTraits): void {
+    if (this.config.context_tokens === undefined && traits.contextTokens !== undefined) {
+      this.contextTokens = traits.contextTokens;
+    }
+    if (this.config.vision === undefined && traits.vision !== undefined) this.vision = traits.vision;
+    if (traits.contextTokens !== undefined || traits.vision !== undefined) this.described = true;
   }
 
   /** Whether the engine's config names this public model; own names only, so `constructor` is none. */
@@ -85,6 +105,11 @@ export class Replica implements ReplicaTarget, ReplicaView {
   fits(tokens: number): boolean {
     return this.contextTokens === undefined || tokens <= this.contextTokens;
   }
+
+  /** Whether the replica can take the request: its context holds it, its model reads its images. */
+  suits(request: AcquireRequest): boolean {
+    return this.fits(request.contextNeeded) && (!request.images || this.vision !== false);
+  }
 }
 
 /** The replica a request got, with what the job records and the header shows. */
@@ -107,6 +132,8 @@ export interface AcquireRequest {
   routing: RoutingRequest;
   /** Prompt plus output tokens the replica's context must hold. */
   contextNeeded: number;
+  /** The messages hold images, which only a model that reads them can take. */
+  images: boolean;
 }
 
 const EJECT_AFTER_FAILURES = 3;
@@ -182,13 +209,14 @@ export class Fleet {
               'replica health changed',
             );
             replica.healthy = healthy;
-            // A replica that was down comes back with an empty cache.
-            if (healthy) this.#lostCache(replica);
-            if (healthy) this.#wake();
+            // A replica that was down comes back with an empty cache, perhaps with another model.
+            if (healthy) {
+              this.#lostCache(replica);
+              replica.described = false;
+              this.#wake();
+            }
           }
-          if (healthy && !replica.config.overflow && replica.contextTokens === undefined) {
-            await this.#discoverContext(replica);
-          }
+          if (healthy && !replica.config.overflow && !replica.described) await this.#describe(replica);
         }),
       );
     };
@@ -204,11 +232,11 @@ export class Fleet {
     for (const timer of this.#timers) timer.unref();
   }
 
-  async #discoverContext(replica: Replica): Promise<void> {
+  /** Asks the engine for its model's context size and whether it reads images. */
+  async #describe(replica: Replica): Promise<void> {
     const model = Object.values(replica.config.models)[0];
     if (model === undefined) return;
-    const size = await replica.adapter.contextTokens(replica, model, 2000).catch(() => undefined);
-    if (size !== undefined && replica.contextTokens === undefined) replica.contextTokens = size;
+    replica.learn(await replica.adapter.describe(replica, model, 2000).catch(() => ({})));
   }
 
   /** Reads the engine's own load, KV capacity and lifetime counter from its metrics. */
@@ -252,7 +280,8 @@ export class Fleet {
   }
 
   /**
-   * Local replicas for the model that are up, not excluded and whose context holds the request:
+   * Local replicas for the model that are up, not excluded and suited to the request (their context
+   * holds it, their model reads its images):
    * those of the pools for this class; else those of the long-context pools (the class's pools are
    * too small for it); else — none configured, or all down — of any local pool that has the model.
    */
@@ -260,17 +289,17 @@ export class Fleet {
     const local = this.replicas.filter(
       (r) => !r.config.overflow && r.offers(request.model) && r.available && !exclude.has(r),
     );
-    const fitting = local.filter((r) => r.fits(request.contextNeeded));
+    const fitting = local.filter((r) => r.suits(request));
     const inClass = (c: RequestClass) => fitting.filter((r) => r.config.serves === c);
     const pool = inClass(request.requestClass);
     if (pool.length > 0) return pool;
     const long = inClass('long-context');
     if (long.length > 0) return long;
     if (fitting.length > 0) return fitting;
-    // None up fits. While one that would (down, ejected, already tried) exists, none smaller is sent
-    // the prompt; only a prompt no replica of the model can hold goes on, for the engine to refuse.
+    // None up suits. While one that would (down, ejected, already tried) exists, no other is sent
+    // the prompt; only a prompt no replica of the model can take goes on, for the engine to refuse.
     const anyFits = this.replicas.some(
-      (r) => !r.config.overflow && r.offers(request.model) && r.fits(request.contextNeeded),
+      (r) => !r.config.overflow && r.offers(request.model) && r.suits(request),
     );
     return anyFits ? [] : local;
   }

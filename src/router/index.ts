@@ -14,7 +14,7 @@ import { type AcquireRequest, Fleet, type Lease, type Replica } from './fleet.js
 import { RoutingMemory } from './memory.js';
 import { countCached } from './metrics.js';
 import type { RoutingRequest } from './policy.js';
-import { blockChain, leadingChars, routingText } from './prompt.js';
+import { blockChain, hasImages, leadingChars, routingText } from './prompt.js';
 
 export { EngineError } from '../engines/index.js';
 export type { RequestClass } from './classify.js';
@@ -153,6 +153,7 @@ export class Router {
       requestClass,
       routing,
       contextNeeded: promptTokens + (Number.isFinite(output) && output > 0 ? output : 0),
+      images: hasImages(call.messages),
     };
   }
 

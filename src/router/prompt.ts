@@ -44,3 +44,7 @@ export function blockChain(text: string, blockChars: number): string[] {
   }
   return keys;
 }
+
+/** Whether any message holds an image part: only replicas whose model reads images take it. */
+export const hasImages = (messages: readonly ChatMessage[]): boolean =>
+  messages.some((m) => Array.isArray(m.content) && m.content.some((part) => part?.type === 'image_url'));

@@ -7,6 +7,7 @@ import {
   isContextLengthError,
   probeFromMetrics,
   tokenCount,
+  visionFromProps,
 } from '../../src/engines/openai/discovery.js';
 import { REPO_ROOT } from '../helpers/process.js';
 
@@ -26,6 +27,15 @@ describe('what engines say about themselves, read from recordings of a real llam
   it('the per-slot context size from /props and /v1/models', () => {
     expect(contextFromProps(answer('get-props.json'))).toBe(4096);
     expect(contextFromModels(answer('get-v1-models.json'), 'tiny')).toBe(4096);
+  });
+
+  it('whether the model reads images from /props (the recorded model has no projector)', () => {
+    const props = answer('get-props.json');
+    expect(visionFromProps(props)).toBe(false);
+    expect(visionFromProps({ ...props, modalities: { ...props.modalities, vision: true } })).toBe(true);
+    // vLLM and SGLang serve no /props: nothing is said.
+    expect(visionFromProps(undefined)).toBeUndefined();
+    expect(visionFromProps({ modalities: {} })).toBeUndefined();
   });
 
   it('token counts from /tokenize, and the context-length refusal', () => {

@@ -5,10 +5,17 @@ import type {
   ChatMessage,
   EngineAdapter,
   EngineProbe,
+  ModelTraits,
   ReplicaTarget,
 } from '../types.js';
 import { ChatStreamCall } from './call.js';
-import { contextFromModels, contextFromProps, probeFromMetrics, tokenCount } from './discovery.js';
+import {
+  contextFromModels,
+  contextFromProps,
+  probeFromMetrics,
+  tokenCount,
+  visionFromProps,
+} from './discovery.js';
 
 /**
  * One adapter for every server that speaks the OpenAI chat-completions protocol: vLLM, SGLang,
@@ -72,12 +79,14 @@ export class OpenAICompatibleAdapter implements EngineAdapter {
     return answer ? probeFromMetrics(answer.text) : {};
   }
 
-  async contextTokens(replica: ReplicaTarget, model: string, timeoutMs: number): Promise<number | undefined> {
-    // llama.cpp's /props gives the per-slot context, which is what a request gets.
-    return (
-      contextFromProps(await this.#askJson(replica, '/props', timeoutMs)) ??
-      contextFromModels(await this.#askJson(replica, '/v1/models', timeoutMs), model)
-    );
+  async describe(replica: ReplicaTarget, model: string, timeoutMs: number): Promise<ModelTraits> {
+    // llama.cpp's /props gives the per-slot context, which is what a request gets, and whether a
+    // projector reads images; vLLM and SGLang have no /props, and say neither of a model's images.
+    const props = await this.#askJson(replica, '/props', timeoutMs);
+    const contextTokens =
+      contextFromProps(props) ??
+      contextFromModels(await this.#askJson(replica, '/v1/models', timeoutMs), model);
+    return { contextTokens, vision: visionFromProps(props) };
   }
 
   async countTokens(

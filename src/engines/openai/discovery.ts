@@ -89,6 +89,12 @@ export function contextFromProps(body: unknown): number | undefined {
   return typeof size === 'number' && size > 0 ? size : undefined;
 }
 
+/** Whether llama.cpp's /props says the model reads images (`modalities.vision`, from its projector). */
+export function visionFromProps(body: unknown): boolean | undefined {
+  const vision = (body as { modalities?: { vision?: unknown } })?.modalities?.vision;
+  return typeof vision === 'boolean' ? vision : undefined;
+}
+
 /** The token count in a /tokenize answer: vLLM and SGLang give `count`, llama.cpp only `tokens`. */
 export function tokenCount(body: unknown): number | undefined {
   const { count, tokens } = (body ?? {}) as { count?: unknown; tokens?: unknown };

@@ -37,6 +37,8 @@ export interface ChatSettings {
   nonStreamDisconnect: NonStreamDisconnect;
   /** No usage chunk in a stream, whatever `stream_options` asks. */
   ignoreStreamOptions: boolean;
+  /** The model reads images (llama-server with its projector). */
+  vision: boolean;
 }
 
 /** An abort signal that fires when the client goes away before the answer is complete. */
@@ -126,7 +128,7 @@ export async function handleChat(
   }
   const read = await readJson(req, flavor);
   if ('error' in read) return sendError(res, flavor, read.error);
-  const request = flavor.parseChat(read.body);
+  const request = flavor.parseChat(read.body, settings);
   if (isSimError(request)) return sendError(res, flavor, request);
   if (settings.ignoreStreamOptions) request.includeUsage = false;
   const unknownModel = flavor.checkModel(request.model, settings.model);

@@ -26,6 +26,7 @@ export interface ReplicaInfo {
   maxSequences: number;
   kvBlocks: number;
   blockTokens: number;
+  vision: boolean;
   prefillMsPerToken: number;
   decodeMsPerToken: number;
   stats(): SimStats;
@@ -83,7 +84,7 @@ export interface Flavor {
   /** The answer to every request while the model loads (for an engine that answers then). */
   loading(): SimError;
 
-  parseChat(body: unknown): ChatRequest | SimError;
+  parseChat(body: unknown, model: { vision: boolean }): ChatRequest | SimError;
   /** How the engine reads and words tool calling. */
   readonly tools: ToolDialect;
   /** vLLM refuses a model it does not serve; llama.cpp answers whatever model is named. */

@@ -77,7 +77,7 @@ function props(replica: ReplicaInfo) {
     model_alias: replica.model,
     model_ftype: 'Q4_K - Medium',
     model_path: `/models/${replica.model}.gguf`,
-    modalities: { vision: false, video: false, audio: false },
+    modalities: { vision: replica.vision, video: false, audio: false },
     media_marker: '<__media__>',
     endpoint_slots: true,
     endpoint_props: false,

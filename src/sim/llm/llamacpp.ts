@@ -61,7 +61,7 @@ const TYPED_FIELDS: Record<string, 'number' | 'boolean' | 'object'> = {
 };
 
 /** The checks llama-server makes before it reads the messages, with its exact words. */
-function llamaChecks(body: unknown): SimError | undefined {
+function llamaChecks(body: unknown, vision: boolean): SimError | undefined {
   if (!isObject(body) || absent(body.messages)) return bad("'messages' is required");
   for (const [name, expected] of Object.entries(TYPED_FIELDS)) {
     const value = body[name];
@@ -71,7 +71,7 @@ function llamaChecks(body: unknown): SimError | undefined {
     if (actual === expected || (expected === 'number' && actual === 'boolean')) continue;
     return bad(`Field '${name}': [json.exception.type_error.302] type must be ${expected}, but is ${actual}`);
   }
-  const media = mediaRefusal(body.messages);
+  const media = mediaRefusal(body.messages, vision);
   if (media) return media;
   if (isObject(body.response_format)) {
     const type = body.response_format.type;
@@ -85,18 +85,21 @@ function llamaChecks(body: unknown): SimError | undefined {
 }
 
 /**
- * An image or audio part sent to a model served without its projector (the simulator's model has
- * none: /props says `modalities.vision` false): llama-server throws while it reads the messages
- * (oaicompat_chat_params_parse), which answers 500 `server_error` in these words.
+ * An image or audio part sent to a model served without its projector (unless the simulator has
+ * `vision`, its model has none: /props says `modalities.vision` false): llama-server throws while
+ * it reads the messages (oaicompat_chat_params_parse), which answers 500 `server_error` in these
+ * words. The simulator's projector reads images only, as most do.
  */
-function mediaRefusal(messages: unknown): SimError | undefined {
+function mediaRefusal(messages: unknown, vision: boolean): SimError | undefined {
   for (const message of Array.isArray(messages) ? messages : []) {
     const content = isObject(message) ? message.content : undefined;
     for (const part of Array.isArray(content) ? content : []) {
       const media = !isObject(part)
         ? undefined
         : part.type === 'image_url'
-          ? 'image'
+          ? vision
+            ? undefined
+            : 'image'
           : part.type === 'input_audio'
             ? 'audio'
             : undefined;
@@ -247,8 +250,9 @@ export const llamacpp: Flavor = {
     body: { error: { message: 'Loading model', type: 'unavailable_error', code: 503 } },
   }),
 
-  parseChat: (body) =>
-    llamaChecks(body) ?? parseChatRequest(body, { bad, streamOptionsNeedStream: false, tools }),
+  parseChat: (body, model) =>
+    llamaChecks(body, model.vision) ??
+    parseChatRequest(body, { bad, streamOptionsNeedStream: false, tools, vision: model.vision }),
   tools,
   // One model per server: llama-server answers whatever model the request names.
   checkModel: () => undefined,

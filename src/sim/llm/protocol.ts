@@ -55,12 +55,19 @@ export const absent = (value: unknown) => value === undefined || value === null;
 /** How a flavor words a refusal of one field. */
 export type BadField = (message: string, param: string) => SimError;
 
-function parseContent(content: unknown, at: string, bad: BadField): string | SimError {
+/** Where an image stands in the prompt of a model that reads images (llama.cpp's media marker). */
+const MEDIA_MARKER = '<__media__>';
+
+function parseContent(content: unknown, at: string, bad: BadField, vision: boolean): string | SimError {
   if (absent(content)) return '';
   if (typeof content === 'string') return content;
   if (!Array.isArray(content)) return bad(`${at} must be a string or an array of content parts`, at);
   const texts: string[] = [];
   for (const [j, part] of content.entries()) {
+    if (vision && isObject(part) && part.type === 'image_url') {
+      texts.push(MEDIA_MARKER);
+      continue;
+    }
     if (!isObject(part) || part.type !== 'text' || typeof part.text !== 'string') {
       const type = isObject(part) ? String(part.type) : typeof part;
       return bad(
@@ -82,6 +89,7 @@ export function parseMessages(
   messages: unknown,
   bad: BadField,
   dialect: ToolDialect,
+  vision = false,
 ): ChatMessage[] | SimError {
   if (!Array.isArray(messages) || messages.length === 0) {
     return bad('messages must be a non-empty array', 'messages');
@@ -91,7 +99,7 @@ export function parseMessages(
     if (!isObject(message) || typeof message.role !== 'string') {
       return bad(`messages[${i}] must be an object with a string role`, 'messages');
     }
-    const content = parseContent(message.content, `messages[${i}].content`, bad);
+    const content = parseContent(message.content, `messages[${i}].content`, bad, vision);
     if (typeof content !== 'string') return content;
     let calls = '';
     if (message.role === 'assistant' && !absent(message.tool_calls)) {
@@ -130,6 +138,8 @@ export interface ParseRules {
   streamOptionsNeedStream: boolean;
   /** The engine's reading of tools, tool_choice and tool messages. */
   tools: ToolDialect;
+  /** The model reads `image_url` parts (each stands in the prompt as a media marker). */
+  vision: boolean;
 }
 
 /**
@@ -140,7 +150,7 @@ export function parseChatRequest(body: unknown, rules: ParseRules): ChatRequest 
   const { bad } = rules;
   if (!isObject(body)) return bad('the request body must be a JSON object', 'body');
   if (!absent(body.model) && typeof body.model !== 'string') return bad('model must be a string', 'model');
-  const messages = parseMessages(body.messages, bad, rules.tools);
+  const messages = parseMessages(body.messages, bad, rules.tools, rules.vision);
   if (!Array.isArray(messages)) return messages;
   const tools = rules.tools.parseTools(body);
   if (isSimError(tools)) return tools;

@@ -65,6 +65,13 @@ export interface LlmSimOptions {
    * engine's usage. Default false.
    */
   ignoreStreamOptions?: boolean;
+  /**
+   * The model reads images: `image_url` parts are answered (each a media marker in the prompt), as
+   * llama-server started with its `--mmproj` projector (/props then says `modalities.vision` true)
+   * or vLLM serving a multimodal model does. Without it (the default) each flavor refuses them in
+   * its engine's words.
+   */
+  vision?: boolean;
 }
 
 export interface LlmSim {
@@ -99,6 +106,7 @@ const DEFAULTS: Settings = {
   nonStreamDisconnect: 'ignore',
   loadMs: 0,
   ignoreStreamOptions: false,
+  vision: false,
 };
 
 function settingsFrom(options: LlmSimOptions): Settings {

@@ -150,7 +150,8 @@ export const vllm: Flavor = {
   // Not answered: vLLM opens its port only once the model is loaded (the server refuses meanwhile).
   loading: () => vllmError(503, 'Loading model'),
 
-  parseChat: (body) => parseChatRequest(body, { bad, streamOptionsNeedStream: true, tools }),
+  parseChat: (body, model) =>
+    parseChatRequest(body, { bad, streamOptionsNeedStream: true, tools, vision: model.vision }),
   tools,
   checkModel: (requested, served) =>
     requested === undefined || requested === served
