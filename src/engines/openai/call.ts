@@ -9,6 +9,7 @@ import {
 import { CompletionAssembler, chunksOf } from './assemble.js';
 import { ContentChunkShape } from './chunk-shape.js';
 import { isContextLengthError } from './discovery.js';
+import { FinishReasons } from './finish-reasons.js';
 import { SseDecoder } from './sse.js';
 import { ToolCallNumbering } from './tool-call-numbering.js';
 
@@ -114,6 +115,7 @@ export class ChatStreamCall implements Dispatcher.DispatchHandler {
   readonly #decoder = new SseDecoder();
   readonly #assembler = new CompletionAssembler();
   readonly #calls = new ToolCallNumbering();
+  readonly #finishes = new FinishReasons();
   #shape: ContentChunkShape | undefined;
   #controller: Dispatcher.DispatchController | undefined;
   #status = 0;
@@ -125,7 +127,11 @@ export class ChatStreamCall implements Dispatcher.DispatchHandler {
   #sent = false;
   #first = true;
   #done = false;
-  /** With n > 1, the usage chunks so far, summed (its text while there is one): one goes on at `[DONE]`. */
+  /**
+   * With n > 1, the usage chunks so far, summed (its text while there is one): one goes on at
+   * `[DONE]`. With one choice, a usage chunk that came while a choice was owed its finish reason:
+   * it goes on before the next event, after the finishing chunks should that be `[DONE]`.
+   */
   #usage: { chunk: ChatChunk; text: string | undefined } | undefined;
   readonly #choices: number;
   #settled = false;
@@ -183,12 +189,14 @@ export class ChatStreamCall implements Dispatcher.DispatchHandler {
     if (this.#done || this.#settled) return;
     if (data === '[DONE]') {
       this.#done = true;
-      const usage = this.#usage;
-      if (usage) this.#deliver(usage.chunk, usage.text ?? JSON.stringify(usage.chunk));
+      // A clean end: choices the engine never finished are finished here, before the usage chunk.
+      for (const chunk of this.#finishes.closing()) this.#deliver(chunk, JSON.stringify(chunk));
+      this.#releaseUsage();
       return;
     }
     // An event with empty data (`data:` alone, as a proxy's keep-alive may send) carries nothing.
     if (data.charCodeAt(0) !== 0x7b && data.trim() === '') return;
+    if (this.#choices === 1 && this.#usage) this.#releaseUsage();
     // Content chunks shaped like the last one learnt are read without parsing them whole, and the
     // caller that takes their content alone gets no object for them. The first chunk is never one.
     const shape = this.#shape;
@@ -228,12 +236,25 @@ export class ChatStreamCall implements Dispatcher.DispatchHandler {
         : { chunk, text: data };
       return;
     }
+    // A usage chunk ahead of a choice's missing finish reason waits: OpenAI's comes after them all.
+    if (chunk.choices.length === 0 && chunk.usage && this.#finishes.owed) {
+      this.#usage = { chunk, text: data };
+      return;
+    }
     this.#deliver(chunk, data);
+  }
+
+  /** The usage chunk held back, handed on now. */
+  #releaseUsage(): void {
+    const usage = this.#usage;
+    this.#usage = undefined;
+    if (usage) this.#deliver(usage.chunk, usage.text ?? JSON.stringify(usage.chunk));
   }
 
   /** A parsed chunk, folded into the completion and handed on with its text. */
   #deliver(chunk: ChatChunk, data: string): void {
     this.#shape = ContentChunkShape.learn(chunk, data) ?? this.#shape;
+    this.#finishes.note(chunk);
     this.#assembler.add(chunk);
     if (this.#first) {
       this.#first = false;
