@@ -8,8 +8,9 @@ import { caseTitle, storeCases } from '../helpers/stores.js';
 /**
  * What OpenAI-compatible engines, and proxies in front of them, really send besides the plain
  * stream: keep-alive events with empty data, a usage chunk without `choices`, a whole JSON answer to
- * a request that asked for a stream. A caller still gets the answer, streamed or not. And two
- * streams pipelined on one HTTP/1.1 connection each get all of theirs.
+ * a request that asked for a stream, a clean stream whose choice never got a finish reason. A caller
+ * still gets the answer, streamed or not. And two streams pipelined on one HTTP/1.1 connection each
+ * get all of theirs.
  */
 
 const UP = { id: 'chatcmpl-up', object: 'chat.completion.chunk', created: 1717171717, model: 'up-model' };
@@ -92,6 +93,16 @@ function answer(quirk: string): { json?: unknown; events?: string[] } {
             chunk({ tool_calls: [{ index: 0, id, type, function: fn }] }),
           ),
           chunk({}, 'tool_calls'),
+          event({ ...UP, choices: [], usage: USAGE }),
+        ],
+      };
+    case 'no-finish':
+      // Content, the usage chunk and [DONE], but no chunk with a finish reason.
+      return { events: [opening, ...contents, event({ ...UP, choices: [], usage: USAGE })] };
+    case 'no-finish-tools':
+      return {
+        events: [
+          chunk({ role: 'assistant', content: null, tool_calls: [{ index: 0, ...CALL }] }),
           event({ ...UP, choices: [], usage: USAGE }),
         ],
       };
@@ -229,6 +240,82 @@ for (const storeCase of storeCases) {
       expect(calls(response.output)).toEqual(expected);
       const events = client.responses.stream({ model: 'tm', input: 'parallel-zero' });
       expect(calls((await events.finalResponse()).output)).toEqual(expected);
+    });
+
+    it('a clean stream whose choice never got a finish reason ends with "stop", as the openai client needs', async () => {
+      // The official client's stream helper throws on a choice without a finish reason.
+      const helper = client.chat.completions.stream({
+        model: 'tm',
+        messages: [{ role: 'user', content: 'no-finish' }],
+        stream_options: { include_usage: true },
+      });
+      const final = await helper.finalChatCompletion();
+      expect(final.choices[0]?.finish_reason).toBe('stop');
+      expect(final.choices[0]?.message.content).toBe(PIECES.join(''));
+      expect(final.usage).toMatchObject(USAGE);
+      // On the wire: one closing chunk, its delta empty, with the stream's id, model and created,
+      // before the usage chunk.
+      const stream = await client.chat.completions.create({
+        model: 'tm',
+        messages: [{ role: 'user', content: 'no-finish' }],
+        stream: true,
+        stream_options: { include_usage: true },
+      });
+      const parts: OpenAI.Chat.Completions.ChatCompletionChunk[] = [];
+      for await (const part of stream) parts.push(part);
+      const [first] = parts;
+      const closing = parts.filter((p) => p.choices.some((c) => c.finish_reason));
+      expect(closing).toHaveLength(1);
+      expect(closing[0]).toMatchObject({
+        id: first?.id,
+        model: 'tm',
+        created: first?.created,
+        choices: [{ index: 0, delta: {}, finish_reason: 'stop' }],
+      });
+      expect(parts.indexOf(closing[0] as never)).toBe(parts.length - 2);
+      expect(parts.at(-1)?.usage).toMatchObject(USAGE);
+      // A stream without usage gets the closing chunk last.
+      const plain = await client.chat.completions.create({
+        model: 'tm',
+        messages: [{ role: 'user', content: 'no-finish' }],
+        stream: true,
+      });
+      const reasons: Array<string | null | undefined> = [];
+      for await (const part of plain) reasons.push(part.choices[0]?.finish_reason);
+      expect(reasons.at(-1)).toBe('stop');
+      // The sync answer and an async job's result, folded from the same stream, say so too.
+      const whole = await client.chat.completions.create({
+        model: 'tm',
+        messages: [{ role: 'user', content: 'no-finish' }],
+      });
+      expect(whole.choices[0]?.finish_reason).toBe('stop');
+      const job = await fetch(`${kiln.url}/v1/chat/completions`, {
+        method: 'POST',
+        headers: {
+          authorization: `Bearer ${kiln.adminKey}`,
+          'content-type': 'application/json',
+          prefer: 'wait=30',
+        },
+        body: JSON.stringify({
+          model: 'tm',
+          mode: 'async',
+          messages: [{ role: 'user', content: 'no-finish' }],
+        }),
+      });
+      expect(job.status).toBe(200);
+      const polled = (await job.json()) as { status: string; result: OpenAI.Chat.ChatCompletion };
+      expect(polled.status).toBe('completed');
+      expect(polled.result.choices[0]?.finish_reason).toBe('stop');
+    });
+
+    it('a clean stream of tool calls that never got a finish reason ends with "tool_calls"', async () => {
+      const helper = client.chat.completions.stream({
+        model: 'tm',
+        messages: [{ role: 'user', content: 'no-finish-tools' }],
+      });
+      const final = await helper.finalChatCompletion();
+      expect(final.choices[0]?.finish_reason).toBe('tool_calls');
+      expect(final.choices[0]?.message.tool_calls).toEqual([CALL]);
     });
 
     it('two streams pipelined on one HTTP/1.1 connection each get all of their events', async () => {
