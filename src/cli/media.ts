@@ -350,16 +350,16 @@ async function runImages(options: ImageOptions): Promise<void> {
       return;
     }
     const job = await waitWithProgress(client, submitted.id, intervalMs);
-    if (job.status !== 'completed') {
-      if (json) printJson(job);
-      return reportFailure(job);
-    }
+    // The job as GET /v1/jobs/<id> answers it, id and status beside the result, as every wait
+    // of the CLI prints it (kiln video … --wait, kiln jobs wait).
+    if (json) printJson(job);
+    if (job.status !== 'completed') return reportFailure(job);
     result = job.result as ImagesResult;
   } else {
     result = await client.images.generate(body);
+    if (json) printJson(result);
   }
 
-  if (json) printJson(result);
   if (!target) {
     if (json) return;
     // One line per image: its URL, or its base64 (--b64), for the next command in the pipe.
@@ -474,7 +474,7 @@ export function mediaCommands(program: Command): void {
     .option('--wait', 'with --async: follow the job with a progress bar')
     .option('--out <file|dir>', 'save the images: file.png, file-2.png … (or into a directory)')
     .option('--force', 'replace the --out files if they exist')
-    .option('--json', 'print the API answer as JSON')
+    .option('--json', 'print the API answer (with --async and --wait or --out, the finished job) as JSON')
     .option('--interval <ms>', 'time between polls while waiting', '500')
     .action((options: ImageOptions) => runImages(options));
 }

@@ -254,6 +254,35 @@ describe('kiln video, kiln images and kiln jobs wait against a simulated ComfyUI
     expect(job.result).toMatchObject({ width: 512, height: 512, content_type: 'video/webm' });
   });
 
+  it('--wait --json prints the finished job as GET /v1/jobs/<id> answers it, for images as for video', async () => {
+    const waitJson = ['--size', '512x512', '--interval', '100', '--wait', '--json'];
+    const [video, images] = await Promise.all([
+      kiln(['video', 'transition', '--start', 'a.png', '--duration', '1', ...waitJson]),
+      kiln(['images', 'generate', '--prompt', 'a shino jar', '--async', ...waitJson]),
+    ]);
+    for (const [run, kind, prefix] of [
+      [video, 'video.transition', 'vidgen'],
+      [images, 'image.generation', 'imggen'],
+    ] as const) {
+      expect(run.code, run.stderr).toBe(0);
+      const job = JSON.parse(run.stdout);
+      expect(job).toMatchObject({ object: 'job', kind, status: 'completed', progress: 1 });
+      expect(job.id).toMatch(new RegExp(`^${prefix}-${UUID}$`));
+      // The same document as the job's poll, and as kiln jobs wait prints it (each answer signs
+      // its file URLs afresh, so those are compared up to their query).
+      const unsigned = (value: unknown) =>
+        JSON.parse(JSON.stringify(value).replace(/(\/content)\?[^"]*/g, '$1'));
+      const polled = await server.call('GET', `/v1/jobs/${job.id}`);
+      expect(polled.status).toBe(200);
+      expect(unsigned(job)).toEqual(unsigned(polled.body));
+      const waited = await kiln(['jobs', 'wait', job.id]);
+      expect(waited.code, waited.stderr).toBe(0);
+      expect(unsigned(JSON.parse(waited.stdout))).toEqual(unsigned(job));
+    }
+    const image = JSON.parse(images.stdout).result.data[0];
+    expect(image.url).toMatch(/^http:\/\/127\.0\.0\.1:\d+\/v1\/files\/file_[0-9a-f]{32}\/content\?/);
+  });
+
   it('refuses a file that is not an image, and an http:// URL, before calling the gateway', async () => {
     const [notImage, http, missing] = await Promise.all([
       kiln(['video', 'transition', '--start', 'notes.png']),
