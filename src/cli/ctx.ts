@@ -4,6 +4,7 @@ import { KilnApiError, type KilnClient } from '../client/index.js';
 import { etagOf } from '../contexts/service.js';
 import { clientFromEnv, isoTime, table, UsageError, utf8 } from './common.js';
 import { ctxEditCommand } from './ctx-edit.js';
+import { pipedInput } from './stdin.js';
 
 interface SaveOptions {
   name: string;
@@ -57,7 +58,7 @@ async function readStdin(): Promise<string> {
   return utf8(Buffer.concat(chunks), 'the piped input');
 }
 
-/** Exactly one source of content: -c, --from-clipboard, --file, or piped stdin. */
+/** Exactly one source of content: -c, --from-clipboard, --file, or piped stdin; two are refused. */
 async function contentOf(options: SaveOptions): Promise<string> {
   const given = [
     options.content !== undefined,
@@ -65,6 +66,17 @@ async function contentOf(options: SaveOptions): Promise<string> {
     options.file !== undefined,
   ].filter(Boolean);
   if (given.length > 1) throw new UsageError('give the content one way only: -c, --from-clipboard or --file');
+  if (given.length === 1) {
+    // Text piped in as well would be dropped unseen: which of the two is the content is the user's to say.
+    const piped = await pipedInput();
+    if (piped !== undefined && piped.length > 0) {
+      const flag =
+        options.content !== undefined ? '-c' : options.fromClipboard ? '--from-clipboard' : '--file';
+      throw new UsageError(
+        `the content came two ways, ${flag} and piped stdin: give it one way only (leave out ${flag} to save what is piped, or run with </dev/null)`,
+      );
+    }
+  }
   if (options.content !== undefined) return options.content;
   if (options.fromClipboard) {
     const { readClipboard } = await import('./clipboard.js');
