@@ -8,6 +8,7 @@ import {
   type KilnClient,
 } from '../client/index.js';
 import { clientFromEnv, sayPollRetry, stopWaitingOnInterrupt, table, UsageError } from './common.js';
+import { pipedInput } from './stdin.js';
 
 interface ChatOptions {
   persona?: string;
@@ -29,12 +30,17 @@ async function readStdin(): Promise<string> {
   return Buffer.concat(chunks).toString('utf8');
 }
 
-/** The message: the arguments joined by spaces, else piped stdin (less one trailing newline). */
+/**
+ * The message: the arguments joined by spaces, else piped stdin (less one trailing newline). Both
+ * (`git diff | kiln chat … "review this"`) make one message: the piped text, a blank line, then the
+ * arguments, the way other LLM command lines join them.
+ */
 async function messageOf(words: string[]): Promise<string> {
   if (words.length > 0) {
     const message = words.join(' ');
     if (message.trim() === '') throw new UsageError('the message is empty: say something');
-    return message;
+    const piped = (await pipedInput())?.toString('utf8').replace(/\r?\n$/, '');
+    return piped === undefined || piped.trim() === '' ? message : `${piped}\n\n${message}`;
   }
   if (process.stdin.isTTY) {
     throw new UsageError(
@@ -116,7 +122,7 @@ export function chatCommands(program: Command): void {
   program
     .command('chat [message...]')
     .description(
-      'chat with a persona or a model (uses KILN_BASE_URL and KILN_API_KEY); the message may be piped in',
+      'chat with a persona or a model (uses KILN_BASE_URL and KILN_API_KEY); the message may be piped in, and piped text goes before the arguments',
     )
     .option('--persona <name>', 'the persona to talk to (kiln chat --list shows them)')
     .option('--model <name>', 'a model the fleet serves, instead of a persona')

@@ -1,3 +1,4 @@
+import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -5,7 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { JobWaitTimeoutError, KilnClient } from '../../src/client/index.js';
 import type { LlmSim } from '../../src/sim/llm/server.js';
 import { closeAll, engine, simPool } from '../chat/fleet.js';
-import { type Kiln, kilnWith } from '../helpers/cli.js';
+import { KILN_BIN, type Kiln, kilnWith } from '../helpers/cli.js';
 import { startTestServer, type TestServer } from '../helpers/server.js';
 import { storeCases } from '../helpers/stores.js';
 
@@ -113,6 +114,78 @@ describe('kiln chat and kiln jobs against a simulated fleet', () => {
     expect(withSystem.stdout).toBe(
       `${await apiContent({ ...request, messages: [{ role: 'system', content: 'Answer in French.' }, ...request.messages] })}\n`,
     );
+  });
+
+  it('piped text and arguments make one message, the piped text first; --context goes before both', async () => {
+    await server.call('POST', '/api/v1/contexts', {
+      body: { name: 'glaze-notes', content: 'Celadon is a grey-green glaze.\n' },
+    });
+    const piped = 'Tenmoku is a dark iron glaze.\nShino is white.\n';
+    const words = 'Compare the two glazes.';
+    const request = (content: string, contexts?: string[]) => ({
+      model: 'helper',
+      messages: [{ role: 'user', content }],
+      max_tokens: 9,
+      seed: 5,
+      ...(contexts ? { contexts } : {}),
+    });
+    const both = `${piped.replace(/\n$/, '')}\n\n${words}`;
+    const [wordsOnly, joined, joinedWithContext, pipedWithContext] = await Promise.all([
+      apiContent(request(words)),
+      apiContent(request(both)),
+      apiContent(request(both, ['glaze-notes'])),
+      apiContent(request(piped.replace(/\n$/, ''), ['glaze-notes'])),
+    ]);
+    // The answers differ, so each run below shows which message (and context) it sent.
+    expect(new Set([wordsOnly, joined, joinedWithContext, pipedWithContext]).size).toBe(4);
+
+    const args = ['chat', '--persona', 'helper', '--max-tokens', '9', '--seed', '5'];
+    const runs = await Promise.all([
+      kiln([...args, words], { input: piped }),
+      kiln([...args, '--context', 'glaze-notes', words], { input: piped }),
+      kiln([...args, '--context', 'glaze-notes', '--async', '--wait', words], { input: piped }),
+      kiln([...args, '--context', 'glaze-notes'], { input: piped }),
+      // A pipe that closes empty adds nothing.
+      kiln([...args, words], { input: '' }),
+    ]);
+    const expected = [joined, joinedWithContext, joinedWithContext, pipedWithContext, wordsOnly];
+    for (const [index, run] of runs.entries()) {
+      expect(run.code, run.stderr).toBe(0);
+      expect(run.stdout, `run ${index}`).toBe(`${expected[index]}\n`);
+    }
+  });
+
+  it('arguments with a pipe on stdin left open and silent: answers them after a second, saying so', async () => {
+    const expected = await apiContent({
+      model: 'helper',
+      messages: [{ role: 'user', content: 'hello' }],
+      max_tokens: 4,
+    });
+    // A parent that spawns kiln with a stdin pipe it never writes to nor closes.
+    const child = spawn(
+      process.execPath,
+      [KILN_BIN, 'chat', '--persona', 'helper', '--max-tokens', '4', 'hello'],
+      {
+        cwd: workDir,
+        env: { PATH: process.env.PATH ?? '', KILN_BASE_URL: server.url, KILN_API_KEY: server.adminKey },
+        stdio: ['pipe', 'pipe', 'pipe'],
+      },
+    );
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (chunk: Buffer) => {
+      stdout += chunk.toString('utf8');
+    });
+    child.stderr.on('data', (chunk: Buffer) => {
+      stderr += chunk.toString('utf8');
+    });
+    const timer = setTimeout(() => child.kill('SIGKILL'), 10_000);
+    const code = await new Promise((resolve) => child.on('close', resolve));
+    clearTimeout(timer);
+    child.stdin.destroy();
+    expect(code, stderr).toBe(0);
+    expect(stdout).toBe(`${expected}\n`);
+    expect(stderr).toBe('kiln: stdin is a pipe that sent nothing within 1 s; going on without it\n');
   });
 
   it('--async prints the job id alone on stdout, its polling url on stderr; kiln jobs get / wait / list / cancel follow the job', async () => {
