@@ -159,14 +159,17 @@ export async function submitJob(
   if (windows) reply.headers(rateHeaders(windows));
   request.log.info({ job_id: job.id, kind: job.kind, mode: job.mode, replayed }, 'job submitted');
 
-  /** An async submission's answer: the job as it stands, `row` once a `Prefer: wait` is over. */
-  const accepted = (row: JobRow = job) => {
+  /**
+   * An async submission's answer: the job as it stands, `row` once a `Prefer: wait` is over. A
+   * replay without `Prefer: wait` of a job since ended answers as the first submission did, 202.
+   */
+  const accepted = (row: JobRow = job, waited = false) => {
     if (options.accepted) {
       const answer = options.accepted(row);
       return reply.status(answer.status).send(answer.body);
     }
     // Waited on and over: the job as its poll answers it, whatever its outcome (Replicate's way).
-    if (isTerminal(row.status)) return reply.status(200).send(deps.jobs.poll(row));
+    if (waited && isTerminal(row.status)) return reply.status(200).send(deps.jobs.poll(row));
     // A replay answers as the first submission did: with its request (its seed), not this one's.
     const body = submissionBody(job, options.kind, replayed ? JSON.parse(job.request) : options.request);
     return reply
@@ -200,7 +203,7 @@ export async function submitJob(
     .waitForTerminal(job.id, waitMs, undefined, replayed ? undefined : job)
     .finally(stopWatchingClient);
   if (isTerminal(done.status)) reply.headers(options.headers?.(done) ?? {});
-  if (wait !== undefined) return accepted(done);
+  if (wait !== undefined) return accepted(done, true);
   if (!isTerminal(done.status)) return accepted();
   // The result as it was stored: JSON already, sent without another parse and serialisation. A
   // replay's was stored earlier: its files' URLs are signed afresh, as a poll's are.

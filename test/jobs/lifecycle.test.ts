@@ -234,6 +234,17 @@ for (const storeCase of storeCases) {
       expect(again.headers.get('idempotent-replayed')).toBe('true');
       expect(first.headers.get('idempotent-replayed')).toBeNull();
 
+      // Once the job has ended, a retry still gets the first answer: 202, the job and where to poll.
+      for (let i = 0; i < 100; i++) {
+        if ((await kiln.call('GET', `/v1/jobs/${first.body.id}`)).body.status === 'completed') break;
+        await new Promise((resolve) => setTimeout(resolve, 20));
+      }
+      const late = await submit({ ms: 5 }, { 'idempotency-key': key });
+      expect(late.status).toBe(202);
+      expect(late.headers.get('idempotent-replayed')).toBe('true');
+      expect(late.headers.get('location')).toBe(first.headers.get('location'));
+      expect(late.body).toEqual(first.body);
+
       const changed = await submit({ ms: 6 }, { 'idempotency-key': key });
       expect(changed.status).toBe(422);
       expect(changed.body.error.code).toBe('idempotency-key-reused');
