@@ -1,7 +1,7 @@
 import type { StreamFormat } from '../api/stream.js';
 import { StreamedText } from '../engines/streamed-text.js';
 import type { ChatChunk } from '../engines/types.js';
-import { functionCallItem, messageItem } from './output.js';
+import { functionCallItem, type MessagePart, messageItem, refusalPart, textPart } from './output.js';
 import type { Item } from './schema.js';
 
 /**
@@ -62,13 +62,21 @@ export function responsesFormat(startingAfter = -1): ResponsesFormat {
   };
 }
 
+/** A content part of the message being written: its text, or its refusal. */
+interface OpenPart {
+  type: MessagePart['type'];
+  /** Its `content_index`: parts are numbered in the order they began. */
+  index: number;
+  pieces: StreamedText;
+}
+
 interface OpenMessage {
   kind: 'message';
   id: string;
   index: number;
-  /** The text as it streams in; `text` is set from it when the message closes. */
-  pieces: StreamedText;
-  text: string;
+  /** The parts as they stream in; `content` is set from them when the message closes. */
+  parts: OpenPart[];
+  content: MessagePart[];
 }
 
 interface OpenCall {
@@ -84,8 +92,9 @@ interface OpenCall {
 
 /**
  * Chat-completion chunks as Responses stream events, numbered from 0: `response.created` and
- * `response.in_progress`, then for each output item `output_item.added`, its content or arguments
- * deltas and their `done` events, `output_item.done`; the terminal event is the caller's (`end`).
+ * `response.in_progress`, then for each output item `output_item.added`, its deltas (a message's
+ * text and refusal, each a content part; a call's arguments) and their `done` events,
+ * `output_item.done`; the terminal event is the caller's (`end`).
  * A background stream's first two events are the gateway's (opening.ts): `opened`, this numbers
  * from 2 and starts with `response.in_progress` alone.
  */
@@ -132,47 +141,59 @@ export class ResponseEvents {
     const choice = chunk.choices.find((c) => c.index === 0);
     if (!choice) return;
     const delta = choice.delta ?? {};
-    if (typeof delta.content === 'string' && delta.content !== '') this.#text(delta.content);
+    if (typeof delta.content === 'string' && delta.content !== '') this.#delta('output_text', delta.content);
+    // OpenAI's refusal (its `message.refusal`), a part of the message as the Responses API has it.
+    if (typeof delta.refusal === 'string' && delta.refusal !== '') this.#delta('refusal', delta.refusal);
     if (Array.isArray(delta.tool_calls)) {
       for (const call of delta.tool_calls as Array<Record<string, unknown>>) this.#call(call);
     }
     if (choice.finish_reason) this.#finishReason = choice.finish_reason;
   }
 
-  #text(delta: string): void {
+  /**
+   * The message's part of `type`, the message and the part begun if they were not. A part stays open
+   * until its message closes, so text and refusal each keep one part in whatever order they come.
+   */
+  #part(type: OpenPart['type']): OpenPart {
     if (!this.#message) {
       this.#message = {
         kind: 'message',
         id: this.ids('message', this.#items.length),
         index: this.#items.length,
-        pieces: new StreamedText(),
-        text: '',
+        parts: [],
+        content: [],
       };
       this.#items.push(this.#message);
-      const { id, index } = this.#message;
       this.#emit({
         type: 'response.output_item.added',
-        output_index: index,
+        output_index: this.#message.index,
         // No part yet, as OpenAI sends it: the part comes with the next event.
-        item: { ...messageItem(id, '', 'in_progress'), content: [] },
-      });
-      this.#emit({
-        type: 'response.content_part.added',
-        item_id: id,
-        output_index: index,
-        content_index: 0,
-        part: { type: 'output_text', text: '', annotations: [], logprobs: [] },
+        item: messageItem(this.#message.id, [], 'in_progress'),
       });
     }
-    this.#message.pieces.add(delta);
-    this.#emit({
-      type: 'response.output_text.delta',
-      item_id: this.#message.id,
-      output_index: this.#message.index,
-      content_index: 0,
-      delta,
-      logprobs: [],
-    });
+    const message = this.#message;
+    let part = message.parts.find((p) => p.type === type);
+    if (!part) {
+      part = { type, index: message.parts.length, pieces: new StreamedText() };
+      message.parts.push(part);
+      this.#emit({
+        type: 'response.content_part.added',
+        item_id: message.id,
+        output_index: message.index,
+        content_index: part.index,
+        part: type === 'refusal' ? refusalPart('') : textPart(''),
+      });
+    }
+    return part;
+  }
+
+  #delta(type: OpenPart['type'], delta: string): void {
+    const part = this.#part(type);
+    part.pieces.add(delta);
+    const { id, index } = this.#message as OpenMessage;
+    const at = { item_id: id, output_index: index, content_index: part.index };
+    if (type === 'refusal') this.#emit({ type: 'response.refusal.delta', ...at, delta });
+    else this.#emit({ type: 'response.output_text.delta', ...at, delta, logprobs: [] });
   }
 
   #call(delta: Record<string, unknown>): void {
@@ -219,32 +240,31 @@ export class ResponseEvents {
     );
   }
 
-  /** Closes the message being written: `completed` when an item follows it, else as the response ends. */
+  /**
+   * Closes the message being written, each part's `done` events in their order: `completed` when
+   * an item follows it, else as the response ends.
+   */
   #closeMessage(status: 'completed' | 'incomplete' = 'completed'): void {
     const message = this.#message;
     if (!message) return;
     this.#message = undefined;
-    message.text = message.pieces.toString();
-    const { id, index, text } = message;
-    this.#emit({
-      type: 'response.output_text.done',
-      item_id: id,
-      output_index: index,
-      content_index: 0,
-      text,
-      logprobs: [],
-    });
-    this.#emit({
-      type: 'response.content_part.done',
-      item_id: id,
-      output_index: index,
-      content_index: 0,
-      part: { type: 'output_text', text, annotations: [], logprobs: [] },
-    });
+    const { id, index } = message;
+    for (const part of message.parts) {
+      const text = part.pieces.toString();
+      const at = { item_id: id, output_index: index, content_index: part.index };
+      if (part.type === 'refusal') {
+        this.#emit({ type: 'response.refusal.done', ...at, refusal: text });
+        message.content.push(refusalPart(text));
+      } else {
+        this.#emit({ type: 'response.output_text.done', ...at, text, logprobs: [] });
+        message.content.push(textPart(text));
+      }
+      this.#emit({ type: 'response.content_part.done', ...at, part: message.content.at(-1) });
+    }
     this.#emit({
       type: 'response.output_item.done',
       output_index: index,
-      item: messageItem(id, text, status),
+      item: messageItem(id, message.content, status),
     });
   }
 
@@ -269,7 +289,7 @@ export class ResponseEvents {
     }
     this.#calls.clear();
     return this.#items.map((item) =>
-      item.kind === 'message' ? messageItem(item.id, item.text, status) : this.#callItem(item, status),
+      item.kind === 'message' ? messageItem(item.id, item.content, status) : this.#callItem(item, status),
     );
   }
 

@@ -36,7 +36,10 @@ class Problems {
   }
 }
 
-/** A message's content as items store it: a string, or input parts (`input_text`, `input_image`, `output_text`). */
+/**
+ * A message's content as items store it: a string, or parts (`input_text`, `input_image`, and an
+ * earlier answer's `output_text` and `refusal`).
+ */
 function messageContent(content: unknown, at: string, problems: Problems): unknown {
   if (typeof content === 'string') return content;
   if (!Array.isArray(content))
@@ -45,16 +48,9 @@ function messageContent(content: unknown, at: string, problems: Problems): unkno
     const where = `${at}[${i}]`;
     const type = isObject(part) ? part.type : undefined;
     if (type === 'input_text' || type === 'output_text' || type === 'refusal') {
-      const text =
-        type === 'refusal'
-          ? (part as Record<string, unknown>).refusal
-          : (part as Record<string, unknown>).text;
-      if (typeof text !== 'string')
-        problems.add(
-          `${where}.text`,
-          'type',
-          `${where} needs a string ${type === 'refusal' ? 'refusal' : 'text'}`,
-        );
+      const field = type === 'refusal' ? 'refusal' : 'text';
+      if (typeof (part as Record<string, unknown>)[field] !== 'string')
+        problems.add(`${where}.${field}`, 'type', `${where} needs a string ${field}`);
     } else if (type === 'input_image') {
       const url = (part as Record<string, unknown>).image_url;
       if (typeof url !== 'string' || url === '') {
@@ -75,7 +71,7 @@ function messageContent(content: unknown, at: string, problems: Problems): unkno
       problems.add(
         `${where}.type`,
         'enum',
-        `${where}.type must be input_text, input_image or output_text`,
+        `${where}.type must be input_text, input_image, output_text or refusal`,
         shownType(type),
       );
     }
@@ -337,6 +333,8 @@ function chatPart(part: Record<string, unknown>): Record<string, unknown> {
       image_url: { url: part.image_url, ...(typeof part.detail === 'string' ? { detail: part.detail } : {}) },
     };
   }
+  // An earlier answer's refusal is what the assistant said: open models' chat templates render a
+  // message's content and not a `refusal` field, so sent there it would be an empty turn.
   return { type: 'text', text: part.type === 'refusal' ? part.refusal : part.text };
 }
 

@@ -24,7 +24,7 @@ export interface ResponseState {
   completedAt?: number | null;
 }
 
-/** The concatenated text of the output messages: the `output_text` the SDKs show. */
+/** The concatenated text of the output messages, their refusals aside: the SDKs' `output_text`. */
 export function outputText(output: readonly Item[]): string {
   let text = '';
   for (const item of output) {
@@ -85,12 +85,26 @@ export function responseUsage(usage: ChatCompletion['usage'], cachedFallback = 0
   };
 }
 
-export const messageItem = (id: string, text: string, status: string): Item => ({
+/** A message's content part: its text, or a refusal (OpenAI's `OutputMessageContent`). */
+export type MessagePart =
+  | { type: 'output_text'; text: string; annotations: unknown[]; logprobs: unknown[] }
+  | { type: 'refusal'; refusal: string };
+
+export const textPart = (text: string): MessagePart => ({
+  type: 'output_text',
+  text,
+  annotations: [],
+  logprobs: [],
+});
+
+export const refusalPart = (refusal: string): MessagePart => ({ type: 'refusal', refusal });
+
+export const messageItem = (id: string, content: MessagePart[], status: string): Item => ({
   type: 'message',
   id,
   status,
   role: 'assistant',
-  content: [{ type: 'output_text', text, annotations: [], logprobs: [] }],
+  content,
 });
 
 export const functionCallItem = (
@@ -106,7 +120,10 @@ export const functionCallItem = (
   status,
 });
 
-/** The assistant's message as output items: its text as a message, then each tool call. */
+/**
+ * The assistant's message as output items: its text and its refusal as one message, then each tool
+ * call. An answer with neither text, refusal nor calls is one message with empty text.
+ */
 export function outputItems(
   message: ChatMessage | undefined,
   status: string,
@@ -114,9 +131,13 @@ export function outputItems(
 ): Item[] {
   if (!message) return [];
   const items: Item[] = [];
-  const text = typeof message.content === 'string' ? message.content : '';
+  const content: MessagePart[] = [];
+  if (typeof message.content === 'string' && message.content !== '') content.push(textPart(message.content));
+  if (typeof message.refusal === 'string' && message.refusal !== '')
+    content.push(refusalPart(message.refusal));
   const calls = Array.isArray(message.tool_calls) ? message.tool_calls : [];
-  if (text !== '' || calls.length === 0) items.push(messageItem(ids('message', 0), text, status));
+  if (content.length === 0 && calls.length === 0) content.push(textPart(''));
+  if (content.length > 0) items.push(messageItem(ids('message', 0), content, status));
   for (const call of calls) items.push(functionCallItem(ids('function_call', items.length), call, status));
   return items;
 }

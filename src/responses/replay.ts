@@ -36,9 +36,11 @@ export function responseReplay(job: JobRow): string {
   let calls = 0;
   for (const item of response.output ?? []) {
     if (item.type === 'message') {
-      const parts = (item.content ?? []) as Array<{ type?: string; text?: string }>;
-      const text = parts.map((part) => (part.type === 'output_text' ? (part.text ?? '') : '')).join('');
-      if (text !== '') stream.chunk(chunkOf({ content: text }));
+      // Each part as one delta, in its order: its text, or its refusal.
+      for (const part of (item.content ?? []) as Array<{ type?: string; text?: string; refusal?: string }>) {
+        if (part.type === 'output_text' && part.text) stream.chunk(chunkOf({ content: part.text }));
+        else if (part.type === 'refusal' && part.refusal) stream.chunk(chunkOf({ refusal: part.refusal }));
+      }
     } else if (item.type === 'function_call') {
       const call = {
         index: calls++,

@@ -276,6 +276,20 @@ describe.each(storeCases)('the Responses API over HTTP ($name)', (storeCase) => 
       'unsupported',
       /'telepathy'/,
     ],
+    [
+      'a refusal part without its refusal, by the field it lacks',
+      { input: [{ role: 'assistant', content: [{ type: 'refusal', text: 'No.' }] }] },
+      'input[0].content[0].refusal',
+      'type',
+      /needs a string refusal/,
+    ],
+    [
+      'a content part of an unknown type',
+      { input: [{ role: 'user', content: [{ type: 'input_video' }] }] },
+      'input[0].content[0].type',
+      'enum',
+      /input_text, input_image, output_text or refusal/,
+    ],
     // A nullable or union field names what is wrong inside the value, not that it is not null.
     [
       'a json_schema format whose schema is no object',
