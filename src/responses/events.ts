@@ -268,6 +268,15 @@ export class ResponseEvents {
     });
   }
 
+  /**
+   * The answer has ended: closes every open item and answers the output. An answer that opened
+   * none is one message with empty text, as a whole answer's is (outputItems).
+   */
+  finish(status: 'completed' | 'incomplete'): Item[] {
+    if (this.#items.length === 0) this.#part('output_text');
+    return this.close(status);
+  }
+
   /** Closes every open item and answers the output, as the stored response holds it. */
   close(status: 'completed' | 'incomplete'): Item[] {
     this.#closeMessage(status);

@@ -130,7 +130,7 @@ export function responseKind(deps: ChatDeps): JobKind<ResponseJobRequest> {
         let output: Item[];
         if (events) {
           if (!events.started) events.start(response({}));
-          output = events.close(end.status);
+          output = events.finish(end.status);
         } else output = outputItems(choice?.message, end.status, outputIds(job.id));
         const result = response({
           status: end.status,

@@ -122,7 +122,8 @@ export const functionCallItem = (
 
 /**
  * The assistant's message as output items: its text and its refusal as one message, then each tool
- * call. An answer with neither text, refusal nor calls is one message with empty text.
+ * call. An answer with neither text, refusal nor calls is one message with empty text, as a stream
+ * of it is (events.ts): every answer that makes no call has its message.
  */
 export function outputItems(
   message: ChatMessage | undefined,

@@ -51,7 +51,9 @@ export function responseReplay(job: JobRow): string {
     }
   }
   const status = response.status === 'incomplete' ? 'incomplete' : 'completed';
-  stream.close(status);
+  // An empty answer has its empty message, unless it was stored before such answers had one.
+  if ((response.output ?? []).length > 0) stream.finish(status);
+  else stream.close(status);
   stream.end(`response.${status}`, response);
   return events;
 }

@@ -242,6 +242,39 @@ for (const storeCase of storeCases) {
         // The same response, numbered after fewer deltas.
         expect(again.at(-1)).toEqual({ ...first.at(-1), sequence_number: again.length - 1 });
       });
+
+      it('an empty answer is one message of empty text, sync and streamed alike', async () => {
+        const sync = await valid(client.responses.create({ model: 'tm', input: 'say nothing' }));
+        const events = await eventsOf(
+          await client.responses.create({ model: 'tm', input: 'say nothing', stream: true }),
+        );
+        const streamed = (events.at(-1) as OpenAI.Responses.ResponseCompletedEvent).response;
+        const empty = { type: 'output_text', text: '', annotations: [], logprobs: [] };
+        expect(withoutIds(sync.output)).toEqual([
+          { type: 'message', role: 'assistant', status: 'completed', content: [empty] },
+        ]);
+        expect(withoutIds(streamed.output)).toEqual(withoutIds(sync.output));
+        expect(sync.output_text).toBe('');
+        expect(streamed.output_text).toBe('');
+        // The message's events, with no delta: its text is empty.
+        expect(itemEvents(events).map((e) => e.type)).toEqual([
+          'response.output_item.added',
+          'response.content_part.added',
+          'response.output_text.done',
+          'response.content_part.done',
+          'response.output_item.done',
+          'response.completed',
+        ]);
+        // The official client's stream helper sees the same message.
+        const final = await client.responses.stream({ model: 'tm', input: 'say nothing' }).finalResponse();
+        expect(withoutIds(final.output)).toEqual(withoutIds(sync.output));
+        // And so does its replay to a retry with the same Idempotency-Key.
+        const body = { model: 'tm', input: 'say nothing', stream: true as const };
+        const headers = { 'Idempotency-Key': `empty-${Math.random().toString(36).slice(2)}` };
+        const first = await eventsOf(await client.responses.create(body, { headers }));
+        const again = await eventsOf(await client.responses.create(body, { headers }));
+        expect(itemEvents(again)).toEqual(itemEvents(first));
+      });
     },
   );
 }
