@@ -42,8 +42,11 @@ export const validatorCompiler: FastifySchemaCompiler<TSchema> = ({ schema, http
           data: value,
         });
     }
-    const valid = errors.length === 0 && validate(data);
-    strictly.errors = errors.length > 0 ? errors : validate.errors;
+    // The schema's other problems too (an unknown parameter beside a bad number), each field once.
+    const valid = validate(data) && errors.length === 0;
+    const flagged = new Set(errors.map((e) => e.instancePath));
+    const rest = (validate.errors ?? []).filter((e) => !flagged.has(e.instancePath));
+    strictly.errors = errors.length > 0 ? [...rest, ...errors] : validate.errors;
     return valid;
   };
   strictly.errors = null as ErrorObject[] | null | undefined;

@@ -151,6 +151,14 @@ describe('bad input never yields a 500', () => {
         expect.objectContaining({ field: 'limit', rule: 'type', message: 'limit must be an integer' }),
       ]);
     }
+    // Listed with the query's other problems, as a body's are, and each field once.
+    const both = await kiln.call('GET', '/api/v1/contexts?limit=abc&sort=name');
+    expectEnvelope(both, 400, 'validation-failed');
+    expect(both.body.error.details).toEqual([
+      expect.objectContaining({ field: 'sort', rule: 'unknown-field' }),
+      expect.objectContaining({ field: 'limit', rule: 'type', received: 'abc' }),
+    ]);
+    expect(both.body.error.message).toBe("unknown field 'sort' (and 1 more problem(s), see details)");
     for (const query of ['limit=10', 'limit=010']) {
       expect((await kiln.call('GET', `/api/v1/contexts?${query}`)).status).toBe(200);
     }
