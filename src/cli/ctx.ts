@@ -1,10 +1,19 @@
 import { readFile } from 'node:fs/promises';
-import type { Command } from 'commander';
+import { type Command, InvalidArgumentError } from 'commander';
 import { KilnApiError, type KilnClient } from '../client/index.js';
 import { etagOf } from '../contexts/service.js';
 import { clientFromEnv, isoTime, table, UsageError, utf8 } from './common.js';
 import { ctxEditCommand } from './ctx-edit.js';
 import { pipedInput } from './stdin.js';
+
+/** `--limit`: a page of 1 to 100, checked before anything is sent. */
+function pageSize(text: string): number {
+  const value = Number(text);
+  if (!/^\d+$/.test(text.trim()) || value < 1 || value > 100) {
+    throw new InvalidArgumentError('expected a whole number from 1 to 100');
+  }
+  return value;
+}
 
 interface SaveOptions {
   name: string;
@@ -178,12 +187,12 @@ export function ctxCommands(program: Command): void {
     .command('list')
     .description("list the organisation's contexts")
     .option('--prefix <prefix>', 'only names starting with this')
-    .option('--limit <n>', 'page size (1–100)', '100')
+    .option('--limit <n>', 'page size (1–100)', pageSize, 100)
     .option('--after <name>', 'start after this name (the last one of the previous page)')
     .option('--json', 'print the API answer as JSON')
-    .action(async (options: { prefix?: string; limit: string; after?: string; json?: boolean }) => {
+    .action(async (options: { prefix?: string; limit: number; after?: string; json?: boolean }) => {
       const page = await clientFromEnv().contexts.list({
-        limit: Number(options.limit),
+        limit: options.limit,
         ...(options.prefix ? { prefix: options.prefix } : {}),
         ...(options.after ? { after: options.after } : {}),
       });

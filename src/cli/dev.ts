@@ -4,7 +4,7 @@ import type { Command } from 'commander';
 import type { Logger } from 'pino';
 import type { LlmSimOptions } from '../sim/llm/server.js';
 import { UsageError } from './common.js';
-import { gatewayConfig, serve, startGateway, withPortOption } from './serve.js';
+import { gatewayConfig, portNumber, serve, startGateway, withPortOption } from './serve.js';
 
 /** The simulated model's name on the engines, and the name callers use. */
 const UPSTREAM_MODEL = 'sim-llama-3-8b';
@@ -154,9 +154,9 @@ export function devCommands(program: Command): void {
   const dev = program
     .command('dev')
     .description('run the gateway on SQLite with a simulated engine fleet and a config to match')
-    .option('--sim-port <port>', 'first port of the simulated replicas (0 = any free ports)', '0');
-  withPortOption(dev).action(async (options: { simPort: string }, command: Command) => {
-    await startDev(command, { simPort: Number(options.simPort) });
+    .option('--sim-port <port>', 'first port of the simulated replicas (0 = any free ports)', portNumber, 0);
+  withPortOption(dev).action(async (options: { simPort: number }, command: Command) => {
+    await startDev(command, { simPort: options.simPort });
   });
 
   withPortOption(

@@ -5,7 +5,7 @@ import type { RunningServer } from '../server.js';
 import { serverConfig, UsageError } from './common.js';
 
 /** `--port`: a whole number from 0 to 65535, as the `port` key allows. */
-function portNumber(text: string): number {
+export function portNumber(text: string): number {
   const value = Number(text);
   if (!/^\d+$/.test(text.trim()) || value > 65535) {
     throw new InvalidArgumentError('expected a whole number from 0 to 65535 (0 = any free port)');
@@ -76,7 +76,7 @@ export async function serve(command: Command): Promise<void> {
   const logger = createLogger(config);
   const server = await startGateway(config, logger, config.configFile);
   onStop(logger, () => server.close());
-  // SIGHUP: re-read engines, personas and routing without dropping requests.
+  // SIGHUP: re-read engines, personas, routing, limits and runners without dropping requests.
   process.on('SIGHUP', () => {
     server.runtime.reload().catch((error: unknown) => {
       logger.error({ err: error }, 'reload failed; the running configuration stays in force');

@@ -62,6 +62,23 @@ describe('CLI: the gateway cannot be reached', () => {
     expect(result.stderr).toContain(`running at ${down}/kiln?`);
   });
 
+  it.each([
+    [
+      ['ctx', 'list', '--limit', 'abc'],
+      "'--limit <n>' argument 'abc' is invalid. expected a whole number from 1 to 100",
+    ],
+    [['ctx', 'list', '--limit', '101'], "'--limit <n>' argument '101' is invalid"],
+    [
+      ['dev', '--sim-port', 'abc'],
+      "'--sim-port <port>' argument 'abc' is invalid. expected a whole number from 0 to 65535",
+    ],
+  ])('kiln %j names the flag it refuses, before any request', async (args, words) => {
+    const result = await run(args, { env: { KILN_BASE_URL: down, KILN_API_KEY: 'kiln_sk_any' } });
+    expect(result.code).toBe(1);
+    expect(result.stderr).toContain(words);
+    expect(result.stderr).not.toContain('could not connect');
+  });
+
   it('a KILN_BASE_URL that is not an http(s) URL is refused before any request', async () => {
     const result = await run(['ctx', 'list'], {
       env: { KILN_BASE_URL: '127.0.0.1:8080', KILN_API_KEY: 'kiln_sk_any' },
