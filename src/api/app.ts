@@ -49,24 +49,30 @@ function requestId(header: string | string[] | undefined): string {
 /** Query parameters whose values are credentials: a signed file URL's `signature`, tokens, keys. */
 const SECRET_PARAMETER = /sig|token|secret|pass|auth|credential|key/i;
 
-/** `url` with the values of credential-like query parameters replaced, so no log line holds one. */
+/**
+ * `url` with the values of credential-like query parameters replaced, so no log line holds one.
+ * Parts are split at `&` and `;` and read decoded, so `signature%3D…` or `;signature=…`, which no
+ * route takes but a log would keep, are redacted as well.
+ */
 export function redactUrl(url: string): string {
   const start = url.indexOf('?');
   if (start === -1) return url;
-  const pairs = url
+  const parts = url
     .slice(start + 1)
-    .split('&')
-    .map((pair) => {
-      const equals = pair.indexOf('=');
-      if (equals === -1) return pair;
-      const raw = pair.slice(0, equals);
-      let name = raw;
+    .split(/([&;])/)
+    .map((part, i) => {
+      if (i % 2 === 1) return part; // a separator
+      let decoded = part;
       try {
-        name = decodeURIComponent(raw.replaceAll('+', ' '));
+        decoded = decodeURIComponent(part.replaceAll('+', ' '));
       } catch {}
-      return SECRET_PARAMETER.test(name) ? `${raw}=[redacted]` : pair;
+      const equals = decoded.indexOf('=');
+      const name = equals === -1 ? decoded : decoded.slice(0, equals);
+      if (!SECRET_PARAMETER.test(name)) return part;
+      const rawEquals = part.indexOf('=');
+      return rawEquals === -1 ? '[redacted]' : `${part.slice(0, rawEquals)}=[redacted]`;
     });
-  return `${url.slice(0, start)}?${pairs.join('&')}`;
+  return `${url.slice(0, start)}?${parts.join('')}`;
 }
 
 /** Fastify's request log fields, with the URL's credentials redacted. */

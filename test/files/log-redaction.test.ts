@@ -83,6 +83,14 @@ describe('signed file URLs in the logs', () => {
     );
     // A name spelt with percent-encoding is still recognised.
     expect(redactUrl('/x?sig%6Eature=abc&after=b')).toBe('/x?sig%6Eature=[redacted]&after=b');
+    // Parts no route reads as a signature, which a reader could still turn back into a working URL.
+    expect(redactUrl('/v1/files/f/content?expires=1&signature%3Dabc')).toBe(
+      '/v1/files/f/content?expires=1&[redacted]',
+    );
+    expect(redactUrl('/v1/files/f/content?expires=1;signature=abc&x=1')).toBe(
+      '/v1/files/f/content?expires=1;signature=[redacted]&x=1',
+    );
+    expect(redactUrl('/x?signature')).toBe('/x?[redacted]');
     expect(redactUrl('/api/v1/contexts?prefix=a&limit=2')).toBe('/api/v1/contexts?prefix=a&limit=2');
     expect(redactUrl('/healthz')).toBe('/healthz');
   });
