@@ -342,6 +342,7 @@ export function chatKind(deps: ChatDeps): JobKind<ChatJobRequest> {
         messages,
         body,
         signal,
+        org: job.orgId,
         ...(job.mode === 'stream'
           ? {
               onChunk: (chunk: ChatChunk, text: string) => relay.add(chunk, text),

@@ -73,6 +73,8 @@ async function runDev(command: Command, options: { simPort: number }, started: C
     replicas: replicas.map((r) => r.url),
     models: { [MODEL]: UPSTREAM_MODEL },
     owned_by: 'simulator',
+    // The simulators are vLLM, which keeps each organisation's prompts apart in its cache by salt.
+    cache_salt: true,
     ...extra,
   });
   // The fleet goes into a config file of its own (the user's kiln.yaml, if any, plus the fleet), so

@@ -89,6 +89,11 @@ export const EngineSchema = Type.Object(
           'longest prompt plus output a replica accepts; default: read from the engine (/v1/models max_model_len, /props n_ctx)',
       }),
     ),
+    cache_salt: Type.Boolean({
+      default: false,
+      description:
+        "the engine takes OpenAI-style cache_salt (vLLM): with routing.cache_scope organisation each organisation's requests carry their own, so no organisation's prompts are found in another's cache",
+    }),
     vision: Type.Optional(
       Type.Boolean({
         description:
@@ -175,6 +180,11 @@ export const FleetSchema = {
         description: 'how long a request waits for a full local fleet before overflow may take it',
       }),
       queue_timeout: Duration('60s', 'how long a request waits for a free replica before it times out'),
+      cache_scope: Type.Union([Type.Literal('organisation'), Type.Literal('shared')], {
+        default: 'organisation',
+        description:
+          "whose prompts a prompt may find cached: its organisation's only (prefix routing per organisation, and each organisation's own cache_salt to engines with cache_salt: true), or everyone's",
+      }),
       prefix_block_chars: Type.Integer({
         default: 256,
         minimum: 16,

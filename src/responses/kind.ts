@@ -123,6 +123,7 @@ export function responseKind(deps: ChatDeps): JobKind<ResponseJobRequest> {
           messages,
           body,
           signal,
+          org: job.orgId,
           ...(events ? { onChunk } : {}),
         });
         const choice = completion.choices[0];

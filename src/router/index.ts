@@ -14,7 +14,7 @@ import { type AcquireRequest, Fleet, type Lease, type Replica } from './fleet.js
 import { RoutingMemory } from './memory.js';
 import { countCached } from './metrics.js';
 import type { RoutingRequest } from './policy.js';
-import { blockChain, hasImages, leadingChars, routingText } from './prompt.js';
+import { blockChain, cacheSalt, cacheScope, hasImages, leadingChars, routingText } from './prompt.js';
 
 export { EngineError } from '../engines/index.js';
 export type { RequestClass } from './classify.js';
@@ -52,6 +52,8 @@ export interface RouteCall {
   /** Everything else of the OpenAI body, passed through. */
   body: Record<string, unknown>;
   signal: AbortSignal;
+  /** The caller's organisation: with `routing.cache_scope: organisation`, its prompts' cache scope. */
+  org?: string;
   onChunk?: (chunk: ChatChunk, text: string) => void;
   onContent?: ChatCall['onContent'];
   onRoute?: (route: Route) => void;
@@ -134,8 +136,9 @@ export class Router {
     const text = routingText(call.messages);
     const promptTokens = await this.#promptTokens(model, text, call.messages);
     const charsPerToken = text.length / Math.max(1, promptTokens);
-    const blocks = blockChain(text, blockChars);
-    const routing: RoutingRequest = { text, blocks, blockChars, promptTokens, charsPerToken };
+    const scope = this.config.routing.cache_scope === 'organisation' ? cacheScope(call.org) : '';
+    const blocks = blockChain(text, blockChars, scope);
+    const routing: RoutingRequest = { text, blocks, blockChars, promptTokens, charsPerToken, scope };
     // The prefix is every message but the new turn; seen before when a replica holds its first block.
     const last = call.messages.length > 0 ? routingText(call.messages.slice(-1)).length : 0;
     const seenPrefix = text.length - last >= blockChars && this.memory.index.anyHolds(blocks[0] as string);
@@ -211,6 +214,10 @@ export class Router {
                 ...call.body,
                 model: this.fleet.upstreamModel(replica, call.model.model),
                 messages: call.messages,
+                // The organisation's own salt, over any the caller sent: no organisation reads another's.
+                ...(replica.config.cache_salt && request.routing.scope
+                  ? { cache_salt: cacheSalt(request.routing.scope) }
+                  : {}),
               },
               signal: call.signal,
               onFirstChunk: () => {

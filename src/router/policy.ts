@@ -34,6 +34,8 @@ export interface RoutingRequest {
   readonly promptTokens: number;
   /** Characters per token for this request's model (calibrated from the engines' usage). */
   readonly charsPerToken: number;
+  /** Whose cache the prompt may be found in: its organisation's scope (it seeds `blocks`), or ''. */
+  readonly scope: string;
 }
 
 /** A policy's pick, with the prompt tokens it expects the replica to find cached. */

@@ -31,13 +31,27 @@ export function leadingChars(messages: readonly ChatMessage[]): number {
 }
 
 /**
+ * Where a prompt's cache is kept apart from others': an organisation's own scope, or '' (shared).
+ * It seeds the block chain, so one scope's keys never match another's.
+ */
+export const cacheScope = (org: string | undefined): string => (org ? `org\u0000${org}\u0001` : '');
+
+/**
+ * The `cache_salt` sent for a scope to an engine that takes one: derived, not the organisation's
+ * id, which the engine's logs need not hold.
+ */
+export const cacheSalt = (scope: string): string =>
+  hash('sha256', `kiln-cache-salt\u0000${scope}`, 'base64url').slice(0, 22);
+
+/**
  * The hash chain of the text's whole blocks of `blockChars` characters, as engines key their prefix
  * caches: block i's key covers block i and every block before it, so equal keys mean equal prefixes.
  * A trailing partial block has no key. 96 bits a key: collisions are out of reach at any fleet size.
  */
-export function blockChain(text: string, blockChars: number): string[] {
+export function blockChain(text: string, blockChars: number, scope = ''): string[] {
   const keys: string[] = [];
-  let previous = '';
+  // A scope's chain starts from its own key, 16 characters, where a shared chain starts empty.
+  let previous = scope === '' ? '' : hash('sha1', scope, 'base64').slice(0, 16);
   for (let at = 0; at + blockChars <= text.length; at += blockChars) {
     previous = hash('sha1', previous + text.slice(at, at + blockChars), 'base64').slice(0, 16);
     keys.push(previous);

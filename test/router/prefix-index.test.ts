@@ -21,6 +21,7 @@ const request = (name: string, blocks = 10): RoutingRequest => {
     text,
     blocks: blockChain(text, 100),
     blockChars: 100,
+    scope: '',
     promptTokens: text.length / 4,
     charsPerToken: 4,
   };

@@ -4,7 +4,7 @@ import path from 'node:path';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { stringify } from 'yaml';
 import { rendezvousScore } from '../../src/router/policies/rendezvous.js';
-import { blockChain, routingText } from '../../src/router/prompt.js';
+import { blockChain, cacheScope, routingText } from '../../src/router/prompt.js';
 import type { LlmSim } from '../../src/sim/llm/server.js';
 import { closeAll, engine, simPool } from '../chat/fleet.js';
 import { killAll, mapLimit, startServerProcess, waitUntil } from '../helpers/process.js';
@@ -294,8 +294,10 @@ describe.skipIf(postgres.skip)(`several gateways ${caseTitle(postgres)}`, () => 
     sims = await simPool(2, { decodeMsPerToken: 5 });
     const urls = sims.map((s) => s.url);
     // Prompts whose rendezvous home is replica 0: a gateway that knew nothing would send them there.
+    // The organisation's scope seeds the chain (routing.cache_scope: organisation, the default).
+    let scope = '';
     const homeOf = (messages: { role: string; content: string }[]) => {
-      const key = blockChain(routingText(messages), 256)[0] as string;
+      const key = blockChain(routingText(messages), 256, scope)[0] as string;
       return rendezvousScore(key, urls[0] as string) > rendezvousScore(key, urls[1] as string) ? 0 : 1;
     };
     const onZero = (prefix: string, count: number) => {
@@ -306,9 +308,6 @@ describe.skipIf(postgres.skip)(`several gateways ${caseTitle(postgres)}`, () => 
       }
       return found;
     };
-    const [busy] = onZero('busy work', 1);
-    const manuals = onZero('manual', 4);
-
     const dir = mkdtempSync(path.join(tmpdir(), 'kiln-gateways-'));
     dirs.push(dir);
     const configFile = path.join(dir, 'kiln.yaml');
@@ -331,6 +330,10 @@ describe.skipIf(postgres.skip)(`several gateways ${caseTitle(postgres)}`, () => 
       const a = await startServerProcess(env);
       const b = await startServerProcess(env);
       const key = readFileSync(path.join(dir, 'admin.key'), 'utf8').trim();
+      const orgs = await fetch(`${a.url}/admin/v1/orgs`, { headers: { authorization: `Bearer ${key}` } });
+      scope = cacheScope(((await orgs.json()) as { data: { id: string }[] }).data[0]?.id);
+      const [busy] = onZero('busy work', 1);
+      const manuals = onZero('manual', 4);
 
       // Gateway A is busy on replica 0 (long streamed answers of another prefix, which follow their
       // cache there), so it places the manuals on replica 1.

@@ -15,6 +15,7 @@ const replica = (index: number, inFlight = 0): ReplicaView => ({
 
 const request = (text: string, charsPerToken = 4): RoutingRequest => ({
   text,
+  scope: '',
   blocks: [],
   blockChars: 256,
   promptTokens: Math.ceil(text.length / charsPerToken),

@@ -69,7 +69,7 @@ export class CacheAwarePolicy implements RoutingPolicy {
   choose<R extends ReplicaView>(candidates: readonly R[], request: RoutingRequest): Choice<R> {
     let least = Number.POSITIVE_INFINITY;
     for (const replica of candidates) least = Math.min(least, replica.inFlight);
-    const home = request.blocks[0] ?? request.text;
+    const home = request.blocks[0] ?? request.scope + request.text;
     // Ranks are hashes, worked out only for a tie: most choices have none (one replica, or one cheapest).
     let best: { replica: R; cost: number; rank?: number; ticks: number[]; blocks: number } | undefined;
     for (const replica of candidates) {

@@ -80,11 +80,12 @@ export class SglangCacheAware implements RoutingPolicy {
     const imbalanced = max - min > settings.balanceAbsThreshold && max > min * settings.balanceRelThreshold;
     if (imbalanced) {
       const replica = leastLoaded(candidates);
-      this.#tree.insert(request.text, replica.url);
+      this.#tree.insert(request.scope + request.text, replica.url);
       return { replica, predictedCachedTokens: 0 };
     }
 
-    const text = request.text;
+    // One organisation's prompts never match another's: the scope leads the text.
+    const text = request.scope + request.text;
     const match = this.#tree.prefixMatch(text, new Set(candidates.map((replica) => replica.url)));
     const matchRate = text.length === 0 ? 0 : match.matchedChars / text.length;
     let replica: R | undefined;

@@ -158,6 +158,7 @@ export async function handleChat(
     promptTokens,
     outputTokens: choices.map((c) => c.outcome.completionTokens),
     stream: request.stream,
+    ...(request.cacheSalt === undefined ? {} : { cacheSalt: request.cacheSalt }),
   };
   const figures = (cachedTokens: number): RunFigures => ({
     promptTokens,

@@ -55,6 +55,8 @@ export interface Sequence {
   outputTokens: readonly number[];
   /** Whether its client streams (shown in the slot view, as llama.cpp's /slots does). */
   stream?: boolean;
+  /** vLLM's `cache_salt`: it keys the first block, so no other salt's blocks match. */
+  cacheSalt?: string;
 }
 
 /**
@@ -211,7 +213,7 @@ export class LlmEngine {
     cancelled: AbortSignal,
   ): Promise<{ cachedTokens: number; end: number } | undefined> {
     const { blockTokens, prefillMsPerToken } = this.settings;
-    const blocks = blockHashes(sequence.prompt, blockTokens);
+    const blocks = blockHashes(sequence.prompt, blockTokens, sequence.cacheSalt);
     const start = await this.lane.enter(cancelled);
     if (start === undefined) return undefined;
     let end = start;

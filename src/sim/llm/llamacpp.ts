@@ -252,7 +252,13 @@ export const llamacpp: Flavor = {
 
   parseChat: (body, model) =>
     llamaChecks(body, model.vision) ??
-    parseChatRequest(body, { bad, streamOptionsNeedStream: false, tools, vision: model.vision }),
+    parseChatRequest(body, {
+      bad,
+      streamOptionsNeedStream: false,
+      tools,
+      vision: model.vision,
+      cacheSalt: false,
+    }),
   tools,
   // One model per server: llama-server answers whatever model the request names.
   checkModel: () => undefined,

@@ -5,11 +5,12 @@ import { tokenEnd } from './text.js';
  * The identities of the prompt's full KV blocks, as vLLM's automatic prefix caching computes
  * them: block i holds tokens [i × blockTokens, (i + 1) × blockTokens) of the prompt, and its hash
  * covers those tokens' text and the hash of block i − 1, so a block can only be reused when
- * everything before it matches too. A trailing partial block has no identity.
+ * everything before it matches too. A trailing partial block has no identity. A `cache_salt`
+ * goes into the first block's hash, as vLLM's does, so prompts of different salts share no block.
  */
-export function blockHashes(prompt: string, blockTokens: number): string[] {
+export function blockHashes(prompt: string, blockTokens: number, salt = ''): string[] {
   const hashes: string[] = [];
-  let previous = '';
+  let previous = salt === '' ? '' : createHash('sha256').update('salt\u0000').update(salt).digest('base64');
   let blockStart = 0;
   let tokens = 0;
   for (let at = 0; at < prompt.length; ) {

@@ -34,6 +34,8 @@ export interface ChatRequest {
   toolChoice: ToolChoice;
   /** `response_format` asking for JSON (json-output.ts); undefined for text. */
   format: JsonFormat | undefined;
+  /** vLLM's `cache_salt`: prompts of different salts share no cached block. */
+  cacheSalt: string | undefined;
 }
 
 /** The JSON a `response_format` asks for: `json_object` (llama.cpp's may carry a `schema`) or `json_schema`. */
@@ -140,6 +142,8 @@ export interface ParseRules {
   tools: ToolDialect;
   /** The model reads `image_url` parts (each stands in the prompt as a media marker). */
   vision: boolean;
+  /** The engine takes `cache_salt` (vLLM); others ignore the field, as llama.cpp does. */
+  cacheSalt: boolean;
 }
 
 /**
@@ -181,6 +185,10 @@ export function parseChatRequest(body: unknown, rules: ParseRules): ChatRequest 
     if (!isObject(body.stream_options)) return bad('stream_options must be an object', 'stream_options');
     includeUsage = stream && body.stream_options.include_usage === true;
   }
+  const salt = rules.cacheSalt ? body.cache_salt : undefined;
+  if (!absent(salt) && (typeof salt !== 'string' || salt === '')) {
+    return bad("Parameter 'cache_salt' must be a non-empty string if provided.", 'cache_salt');
+  }
   return {
     model: absent(body.model) ? undefined : (body.model as string),
     messages,
@@ -193,6 +201,7 @@ export function parseChatRequest(body: unknown, rules: ParseRules): ChatRequest 
     tools: tools.tools,
     toolChoice: tools.choice,
     format: jsonFormatOf(body.response_format),
+    cacheSalt: absent(salt) ? undefined : (salt as string),
   };
 }
 

@@ -151,7 +151,13 @@ export const vllm: Flavor = {
   loading: () => vllmError(503, 'Loading model'),
 
   parseChat: (body, model) =>
-    parseChatRequest(body, { bad, streamOptionsNeedStream: true, tools, vision: model.vision }),
+    parseChatRequest(body, {
+      bad,
+      streamOptionsNeedStream: true,
+      tools,
+      vision: model.vision,
+      cacheSalt: true,
+    }),
   tools,
   checkModel: (requested, served) =>
     requested === undefined || requested === served
