@@ -106,9 +106,17 @@ export class Replica implements ReplicaTarget, ReplicaView {
     return this.contextTokens === undefined || tokens <= this.contextTokens;
   }
 
+  /**
+   * Whether images may go here: the model reads them by config or by the engine's word, or nothing
+   * says otherwise once the engine has been asked (an overflow engine is not asked).
+   */
+  get readsImages(): boolean {
+    return this.vision ?? (this.described || this.config.overflow);
+  }
+
   /** Whether the replica can take the request: its context holds it, its model reads its images. */
   suits(request: AcquireRequest): boolean {
-    return this.fits(request.contextNeeded) && (!request.images || this.vision !== false);
+    return this.fits(request.contextNeeded) && (!request.images || this.readsImages);
   }
 }
 
@@ -178,7 +186,7 @@ export class Fleet {
   constructor(
     private readonly config: Config,
     private readonly log: Logger,
-    memory: RoutingMemory,
+    private readonly memory: RoutingMemory,
   ) {
     this.#queueTimeoutMs = parseDuration(config.routing.queue_timeout);
     for (const [name, engine] of Object.entries(config.engines)) {
@@ -189,7 +197,11 @@ export class Fleet {
       }
       this.#policies.set(name, createPolicy(engine, memory));
       engine.replicas.forEach((url, index) => {
-        this.replicas.push(new Replica(name, index, url.replace(/\/+$/, ''), engine, adapter));
+        const replica = new Replica(name, index, url.replace(/\/+$/, ''), engine, adapter);
+        // What the engine said before a reload holds until it is asked again.
+        const known = memory.traits.get(replica.url);
+        if (known) replica.learn(known);
+        this.replicas.push(replica);
       });
     }
   }
@@ -216,7 +228,7 @@ export class Fleet {
               this.#wake();
             }
           }
-          if (healthy && !replica.config.overflow && !replica.described) await this.#describe(replica);
+          if (healthy && !replica.described && this.#asks(replica)) await this.#describe(replica);
         }),
       );
     };
@@ -232,11 +244,19 @@ export class Fleet {
     for (const timer of this.#timers) timer.unref();
   }
 
+  /** Whether the engine is asked about its model: a local one, for what its config leaves open. */
+  #asks(replica: Replica): boolean {
+    const { config } = replica;
+    return !config.overflow && (config.context_tokens === undefined || config.vision === undefined);
+  }
+
   /** Asks the engine for its model's context size and whether it reads images. */
   async #describe(replica: Replica): Promise<void> {
     const model = Object.values(replica.config.models)[0];
     if (model === undefined) return;
-    replica.learn(await replica.adapter.describe(replica, model, 2000).catch(() => ({})));
+    const traits = await replica.adapter.describe(replica, model, 2000).catch(() => ({}) as ModelTraits);
+    replica.learn(traits);
+    if (replica.described) this.memory.traits.set(replica.url, traits);
   }
 
   /** Reads the engine's own load, KV capacity and lifetime counter from its metrics. */
@@ -255,6 +275,8 @@ export class Fleet {
           'replica restarted: its cache is empty',
         );
         this.#lostCache(replica);
+        // Perhaps with another model, or the same one without its projector: ask again.
+        replica.described = false;
       }
     }
   }
@@ -322,10 +344,10 @@ export class Fleet {
       if (free.length > 0) return this.#lease(this.#choose(free, request), request, false);
       // Overflow only as a valve: the local fleet is full for too long, or none of it is up.
       if (up.length === 0 || waited >= overflowAfter) {
-        const spare = overflow.filter((r) => r.available && r.hasRoom && !exclude.has(r));
+        const spare = overflow.filter((r) => r.available && r.hasRoom && !exclude.has(r) && r.suits(request));
         if (spare.length > 0) return this.#lease(this.#choose(spare, request), request, true);
       }
-      if (up.length === 0 && overflow.every((r) => !r.available || exclude.has(r))) {
+      if (up.length === 0 && overflow.every((r) => !r.available || exclude.has(r) || !r.suits(request))) {
         throw new EngineError(`no replica serving ${model} is up`, 'unavailable', true, 503);
       }
       if (waited >= queueTimeout) {

@@ -1,4 +1,5 @@
 import type { Logger } from 'pino';
+import type { ModelTraits } from '../engines/index.js';
 import type { SqlDriver } from '../store/index.js';
 import { PrefixIndex } from './prefix-index.js';
 import { TokenCalibration } from './tokens.js';
@@ -13,14 +14,16 @@ type Touch = [url: string, capacityBlocks: number, chain: readonly string[]];
 const ORIGIN = `${process.pid}:${Math.random().toString(36).slice(2)}`;
 
 /**
- * What routing learns and keeps across reloads: the prefix index of every replica and the
- * characters-per-token of every model. Where gateway processes share a store (PostgreSQL), every
+ * What routing learns and keeps across reloads: the prefix index of every replica, the
+ * characters-per-token of every model and what each engine said of its model. Where gateway processes share a store (PostgreSQL), every
  * choice is told to the others over its notification channel, so they all hold the same index
  * and send a prefix where any of them sent it before.
  */
 export class RoutingMemory {
   readonly index = new PrefixIndex();
   readonly calibration = new TokenCalibration();
+  /** What each replica's engine said of its model, by URL, so that a reload need not ask again. */
+  readonly traits = new Map<string, ModelTraits>();
   #pending: Touch[] = [];
   #timer: NodeJS.Timeout | undefined;
   #unlisten: (() => Promise<void>) | undefined;

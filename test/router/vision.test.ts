@@ -1,4 +1,8 @@
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
+import { stringify } from 'yaml';
 import type { LlmSim } from '../../src/sim/llm/server.js';
 import { closeAll, engine, simPool } from '../chat/fleet.js';
 import { waitUntil } from '../helpers/process.js';
@@ -125,6 +129,65 @@ describe('images go to replicas whose model reads them', () => {
     expect(answer.status).toBe(503);
     expect(answer.body.error.code).toBe('engine-unavailable');
     expect((blind[0] as LlmSim).stats().requests).toBe(0);
+  });
+
+  it('right after a reload, a picture still goes only where it can be read', async () => {
+    const blind = await simPool(1, { flavor: 'llama.cpp' });
+    const seeing = await simPool(1, { flavor: 'llama.cpp', vision: true });
+    sims = [...blind, ...seeing];
+    const dir = mkdtempSync(path.join(tmpdir(), 'kiln-vision-'));
+    const configFile = path.join(dir, 'kiln.yaml');
+    try {
+      writeFileSync(
+        configFile,
+        stringify({
+          engines: {
+            'blind-pool': engine('unique', blind, { routing: { policy: 'round-robin' } }),
+            'seeing-pool': engine('unique', seeing, { routing: { policy: 'round-robin' } }),
+          },
+        }),
+      );
+      kiln = await startTestServer(sqlite, {}, { configFile });
+      const server = kiln;
+      await waitUntil(async () => (await replicasOf(server, 'blind-pool'))[0]?.vision === false, {
+        timeoutMs: 10_000,
+        describe: () => 'the blind pool’s /props read',
+      });
+      // A reload builds a new fleet: what the engines said stays known, without asking them again.
+      expect((await server.call('POST', '/admin/reload')).status).toBe(200);
+      expect((await replicasOf(server, 'blind-pool'))[0]?.vision).toBe(false);
+      const answers = await Promise.all(Array.from({ length: 4 }, () => chat(server, withImage)));
+      expect(answers.map((a) => [a.status, a.engine])).toEqual(Array(4).fill([200, 'seeing-pool']));
+      expect((blind[0] as LlmSim).stats().requests).toBe(0);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('an overflow engine configured `vision: false` takes no picture: 503 while the reader is down', async () => {
+    const seeing = await simPool(1, { flavor: 'llama.cpp', vision: true });
+    const cloud = await simPool(1, { flavor: 'vllm' });
+    sims = [...seeing, ...cloud];
+    kiln = await startTestServer(sqlite, {
+      engines: {
+        'seeing-pool': engine('unique', seeing),
+        cloud: engine('unique', cloud, { overflow: true, vision: false }),
+      },
+      'routing.queue_timeout': '1s',
+    });
+    const server = kiln;
+    await (seeing[0] as LlmSim).setFault({ kind: 'refuse' });
+    await waitUntil(async () => (await replicasOf(server, 'seeing-pool'))[0]?.healthy === false, {
+      timeoutMs: 15_000,
+      describe: () => 'the seeing replica marked down',
+    });
+    const answer = await chat(server, withImage);
+    expect(answer.status).toBe(503);
+    expect(answer.body.error.code).toBe('engine-unavailable');
+    expect((cloud[0] as LlmSim).stats().requests).toBe(0);
+    // Text still overflows there.
+    const text = await chat(server, textOnly);
+    expect([text.status, text.engine]).toEqual([200, 'cloud']);
   });
 
   it('a configured `vision: false` keeps pictures off a pool whose engine does not say (vLLM)', async () => {
