@@ -4,7 +4,6 @@ import { KilnApiError, type KilnClient } from '../client/index.js';
 import { etagOf } from '../contexts/service.js';
 import { clientFromEnv, isoTime, table, UsageError, utf8 } from './common.js';
 import { ctxEditCommand } from './ctx-edit.js';
-import { pipedInput } from './stdin.js';
 
 /** `--limit`: a page of 1 to 100, checked before anything is sent. */
 function pageSize(text: string): number {
@@ -67,7 +66,10 @@ async function readStdin(): Promise<string> {
   return utf8(Buffer.concat(chunks), 'the piped input');
 }
 
-/** Exactly one source of content: -c, --from-clipboard, --file, or piped stdin; two are refused. */
+/**
+ * Exactly one source of content: -c, --from-clipboard, --file, or else piped stdin. With a flag,
+ * stdin is not read: a `while read` loop's input stays the loop's.
+ */
 async function contentOf(options: SaveOptions): Promise<string> {
   const given = [
     options.content !== undefined,
@@ -75,17 +77,6 @@ async function contentOf(options: SaveOptions): Promise<string> {
     options.file !== undefined,
   ].filter(Boolean);
   if (given.length > 1) throw new UsageError('give the content one way only: -c, --from-clipboard or --file');
-  if (given.length === 1) {
-    // Text piped in as well would be dropped unseen: which of the two is the content is the user's to say.
-    const piped = await pipedInput();
-    if (piped !== undefined && piped.length > 0) {
-      const flag =
-        options.content !== undefined ? '-c' : options.fromClipboard ? '--from-clipboard' : '--file';
-      throw new UsageError(
-        `the content came two ways, ${flag} and piped stdin: give it one way only (leave out ${flag} to save what is piped, or run with </dev/null)`,
-      );
-    }
-  }
   if (options.content !== undefined) return options.content;
   if (options.fromClipboard) {
     const { readClipboard } = await import('./clipboard.js');
