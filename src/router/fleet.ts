@@ -35,7 +35,7 @@ export class Replica implements ReplicaTarget, ReplicaView {
   discoveredKvTokens: number | undefined;
   /** The context size: configured, else discovered from the engine once it answers. */
   contextTokens: number | undefined;
-  /** Whether the model reads images: configured, else as the engine says; undefined: assumed. */
+  /** Whether the model reads images: configured, else as the engine says; undefined: not said. */
   vision: boolean | undefined;
   /** The engine has described its model since the replica last came up. */
   described = false;
