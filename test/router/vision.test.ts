@@ -36,6 +36,17 @@ async function replicasOf(kiln: TestServer, pool: string): Promise<any[]> {
   return fleet.body.pools.find((p: { name: string }) => p.name === pool)?.replicas ?? [];
 }
 
+/** Waits until the pool's replicas, as /admin/v1/fleet shows them, all meet `check`. */
+function untilReplicas(kiln: TestServer, pool: string, check: (replica: any) => boolean, what: string) {
+  return waitUntil(
+    async () => {
+      const replicas = await replicasOf(kiln, pool);
+      return replicas.length > 0 && replicas.every(check);
+    },
+    { timeoutMs: 15_000, describe: () => what },
+  );
+}
+
 async function chat(kiln: TestServer, body: unknown) {
   const answer = await kiln.call('POST', '/v1/chat/completions', { body });
   return { ...answer, engine: /engine=([^;]+)/.exec(answer.headers.get('x-kiln-route') ?? '')?.[1] };
@@ -86,10 +97,7 @@ describe('images go to replicas whose model reads them', () => {
       },
     });
     const server = kiln;
-    await waitUntil(async () => (await replicasOf(server, 'blind-pool'))[0]?.vision === false, {
-      timeoutMs: 10_000,
-      describe: () => 'the blind pool’s /props read',
-    });
+    await untilReplicas(server, 'blind-pool', (r) => r.vision === false, 'the blind pool’s /props read');
     expect((await replicasOf(server, 'seeing-pool'))[0]?.vision).toBe(true);
 
     for (let i = 0; i < 4; i++) {
@@ -116,15 +124,9 @@ describe('images go to replicas whose model reads them', () => {
       'routing.queue_timeout': '1s',
     });
     const server = kiln;
-    await waitUntil(async () => (await replicasOf(server, 'blind-pool'))[0]?.vision === false, {
-      timeoutMs: 10_000,
-      describe: () => 'the blind pool’s /props read',
-    });
+    await untilReplicas(server, 'blind-pool', (r) => r.vision === false, 'the blind pool’s /props read');
     await (seeing[0] as LlmSim).setFault({ kind: 'refuse' });
-    await waitUntil(async () => (await replicasOf(server, 'seeing-pool'))[0]?.healthy === false, {
-      timeoutMs: 15_000,
-      describe: () => 'the seeing replica marked down',
-    });
+    await untilReplicas(server, 'seeing-pool', (r) => r.healthy === false, 'the seeing replica marked down');
     const answer = await chat(server, withImage);
     expect(answer.status).toBe(503);
     expect(answer.body.error.code).toBe('engine-unavailable');
@@ -149,10 +151,7 @@ describe('images go to replicas whose model reads them', () => {
       );
       kiln = await startTestServer(sqlite, {}, { configFile });
       const server = kiln;
-      await waitUntil(async () => (await replicasOf(server, 'blind-pool'))[0]?.vision === false, {
-        timeoutMs: 10_000,
-        describe: () => 'the blind pool’s /props read',
-      });
+      await untilReplicas(server, 'blind-pool', (r) => r.vision === false, 'the blind pool’s /props read');
       // A reload builds a new fleet: what the engines said stays known, without asking them again.
       expect((await server.call('POST', '/admin/reload')).status).toBe(200);
       expect((await replicasOf(server, 'blind-pool'))[0]?.vision).toBe(false);
@@ -177,10 +176,7 @@ describe('images go to replicas whose model reads them', () => {
     });
     const server = kiln;
     await (seeing[0] as LlmSim).setFault({ kind: 'refuse' });
-    await waitUntil(async () => (await replicasOf(server, 'seeing-pool'))[0]?.healthy === false, {
-      timeoutMs: 15_000,
-      describe: () => 'the seeing replica marked down',
-    });
+    await untilReplicas(server, 'seeing-pool', (r) => r.healthy === false, 'the seeing replica marked down');
     const answer = await chat(server, withImage);
     expect(answer.status).toBe(503);
     expect(answer.body.error.code).toBe('engine-unavailable');
@@ -215,10 +211,7 @@ describe('images go to replicas whose model reads them', () => {
     sims = blind;
     kiln = await startTestServer(sqlite, { engines: { pool: engine('unique', blind) } });
     const server = kiln;
-    await waitUntil(async () => (await replicasOf(server, 'pool')).every((r) => r.vision === false), {
-      timeoutMs: 10_000,
-      describe: () => 'both replicas’ /props read',
-    });
+    await untilReplicas(server, 'pool', (r) => r.vision === false, 'both replicas’ /props read');
     const answer = await chat(server, withImage);
     expect(answer.status).toBe(400);
     expect(answer.body.error.code).toBe('engine-rejected');
