@@ -87,30 +87,36 @@ export function jobError(job: JobRow, poll: Record<string, unknown>): KilnError 
   const message = job.error_message ?? `the job ended ${job.status}`;
   // An engine's refusal carries its own fields, so the caller can see what it objected to.
   const engine = poll.engine_error as Record<string, unknown> | undefined;
+  // Where the engine named no field: the prompt when it was too long for the context (a chat's
+  // `messages`, as OpenAI names it then; a response's `input`), else the body, which is no field. A
+  // limit past the window (vLLM: "'max_tokens' or 'max_completion_tokens' is too large") is the
+  // body's: the limit may be a persona's.
+  const tooLong =
+    isContextLengthError(`${message} ${String(engine?.type ?? '')}`) &&
+    !/max_(?:completion_)?tokens/.test(message);
+  const field = !engine
+    ? undefined
+    : typeof engine.param === 'string'
+      ? engine.param
+      : tooLong
+        ? job.kind === 'response'
+          ? 'input'
+          : 'messages'
+        : undefined;
   const details = engine
     ? [
         {
-          // Where the engine named no field: the messages when they were too long, else the body.
-          field:
-            typeof engine.param === 'string'
-              ? engine.param
-              : isContextLengthError(`${message} ${String(engine.type ?? '')}`)
-                ? 'messages'
-                : 'body',
+          field: field ?? 'body',
           rule: typeof engine.type === 'string' ? engine.type : 'engine',
           message,
           engine,
         },
       ]
     : undefined;
-  // `param` names a field only where the engine named one: not every refusal is the messages'.
-  // A kind's own failure may name the field at fault (`invalid-image-url`).
+  // A kind's own failure may name the field at fault (`invalid-image-url`); a refusal of no field
+  // (a limit past the engine's window) has none.
   const param =
-    typeof poll.param === 'string'
-      ? { param: poll.param }
-      : engine && typeof engine.param !== 'string'
-        ? { param: null }
-        : {};
+    typeof poll.param === 'string' ? { param: poll.param } : engine ? { param: field ?? null } : {};
   return new KilnError(code, message, { attach: { job: poll }, ...(details ? { details } : {}), ...param });
 }
 

@@ -96,11 +96,16 @@ describe('a recorded llama.cpp engine behind Kiln, through the openai client', (
   );
 
   it.each([
-    ['error-bad-request.json#bad_response_format_type', 'body', /response_format type must be one of/],
-    ['error-context-exceeded.json#context_exceeded_sync', 'messages', /exceeds the available context size/],
+    ['error-bad-request.json#bad_response_format_type', 'body', null, /response_format type must be one of/],
+    [
+      'error-context-exceeded.json#context_exceeded_sync',
+      'messages',
+      'messages',
+      /exceeds the available context size/,
+    ],
   ])(
-    'a refusal (%s) is the engine’s words, param null, and names the field it concerns',
-    async (name, field, words) => {
+    'a refusal (%s) is the engine’s words and names the field it concerns; param only a field (%s, %s)',
+    async (name, field, param, words) => {
       chat = name;
       const refused = await kiln.call('POST', '/v1/chat/completions', {
         body: { model: 'm', messages: [{ role: 'user', content: 'hi' }] },
@@ -108,7 +113,7 @@ describe('a recorded llama.cpp engine behind Kiln, through the openai client', (
       expect(refused.status).toBe(400);
       expect(refused.body.error).toMatchObject({
         code: 'engine-rejected',
-        param: null,
+        param,
         message: expect.stringMatching(words),
       });
       expect(refused.body.error.details[0]).toMatchObject({ field, rule: expect.any(String) });

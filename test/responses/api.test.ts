@@ -389,6 +389,29 @@ describe.each(storeCases)('the Responses API over HTTP ($name)', (storeCase) => 
   );
 
   it.skipIf(storeCase.skip)(
+    'an input longer than the context is refused naming input, where a chat names messages',
+    async () => {
+      const { key } = await fleet.client();
+      // The simulated replica's context is 32,768 tokens, a word each.
+      const refused = await create(key, { model: 'm', input: 'word '.repeat(40_000) });
+      expect(refused.status).toBe(400);
+      expect(refused.body.error).toMatchObject({
+        code: 'engine-rejected',
+        param: 'input',
+        message: expect.stringMatching(/maximum context length/),
+      });
+      expect(refused.body.error.details[0]).toMatchObject({ field: 'input' });
+      const chat = await fleet.kiln.call('POST', '/v1/chat/completions', {
+        key,
+        body: { model: 'm', messages: [{ role: 'user', content: 'word '.repeat(40_000) }] },
+      });
+      expect(chat.status).toBe(400);
+      expect(chat.body.error).toMatchObject({ code: 'engine-rejected', param: 'messages' });
+      expect(chat.body.error.details[0]).toMatchObject({ field: 'messages' });
+    },
+  );
+
+  it.skipIf(storeCase.skip)(
     'holds metadata to OpenAI’s limits: keys of 64 characters at most, values of 512, 16 pairs',
     async () => {
       const { key } = await fleet.client();
