@@ -240,9 +240,14 @@ export class ChunkRelay {
     }
     this.end();
     const withRole = this.#withRole(chunk);
-    const outgoing = withRole
-      ? { chunk: withRole, text: this.renamer.serialise(withRole) }
-      : { chunk, text: this.renamer.text(chunk, text) };
+    const out = withRole ?? chunk;
+    const outgoing = {
+      chunk: out,
+      text: this.#withUsage(
+        out,
+        withRole ? this.renamer.serialise(withRole) : this.renamer.text(chunk, text),
+      ),
+    };
     // The finish chunk waits for the usage chunk that follows it.
     if (!this.includeUsage && chunk.choices.some((c) => c.finish_reason)) this.#held = outgoing;
     else this.send(outgoing.text);
@@ -273,10 +278,26 @@ export class ChunkRelay {
     this.end();
     if (shape !== this.#shape) {
       this.#shape = shape;
-      this.#around = this.renamer.around(shape);
+      const around = this.renamer.around(shape);
+      this.#around = around && { before: around.before, after: this.#withUsage(shape.like, around.after) };
     }
     const around = this.#around;
-    this.send(around ? around.before + body + around.after : this.renamer.serialise(shape.chunk(content)));
+    if (around) this.send(around.before + body + around.after);
+    else {
+      const chunk = shape.chunk(content);
+      this.send(this.#withUsage(chunk, this.renamer.serialise(chunk)));
+    }
+  }
+
+  /**
+   * A chunk's JSON text (or its end) with `"usage":null` before its closing brace, where the caller
+   * asked for usage and the engine sent the chunk without the field: OpenAI's chunks carry it, null
+   * but in the usage chunk (vLLM and llama.cpp leave it out).
+   */
+  #withUsage(chunk: ChatChunk, text: string): string {
+    if (!this.includeUsage || chunk.usage !== undefined) return text;
+    const end = text.lastIndexOf('}');
+    return `${text.slice(0, end)},"usage":null${text.slice(end)}`;
   }
 
   end(): void {

@@ -14,7 +14,10 @@ export function chatReplay(job: JobRow): string {
   const { includeUsage } = JSON.parse(job.request) as ChatJobRequest;
   let events = '';
   for (const chunk of chunksOf(completion)) {
-    if (includeUsage || chunk.choices.length > 0) events += `data: ${JSON.stringify(chunk)}\n\n`;
+    if (!includeUsage && chunk.choices.length === 0) continue;
+    // As the stream carried them: `usage` null on every chunk but the usage chunk, where asked for.
+    const event = includeUsage && chunk.usage === undefined ? { ...chunk, usage: null } : chunk;
+    events += `data: ${JSON.stringify(event)}\n\n`;
   }
   return `${events}data: [DONE]\n\n`;
 }

@@ -81,8 +81,10 @@ describe('chat completions against a simulated fleet', () => {
     let text = '';
     let chunks = 0;
     let usage: unknown;
+    const usages: unknown[] = [];
     for await (const chunk of stream) {
       chunks++;
+      usages.push(chunk.usage);
       expect(chunk.object).toBe('chat.completion.chunk');
       text += chunk.choices[0]?.delta.content ?? '';
       if (chunk.usage) usage = chunk.usage;
@@ -90,6 +92,8 @@ describe('chat completions against a simulated fleet', () => {
     expect(chunks).toBeGreaterThan(3);
     expect(text).toBe(completion.choices[0]?.message.content);
     expect(usage).toMatchObject({ completion_tokens: 6 });
+    // OpenAI's shape, which the engine's chunks lack: usage null on each chunk before the last.
+    expect(usages.slice(0, -1)).toEqual(Array(chunks - 1).fill(null));
 
     const models = await client.models.list();
     const ids = models.data.map((m) => m.id);

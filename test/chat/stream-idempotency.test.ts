@@ -66,13 +66,16 @@ for (const store of storeCases) {
       let text = '';
       let usage: unknown;
       let finish: string | null | undefined;
+      // Each chunk's usage: n for null, - for none, u for counts.
+      let usages = '';
       for await (const chunk of data) {
+        usages += chunk.usage === null ? 'n' : chunk.usage === undefined ? '-' : 'u';
         id ||= chunk.id;
         text += chunk.choices[0]?.delta.content ?? '';
         finish ??= chunk.choices[0]?.finish_reason;
         if (chunk.usage) usage = chunk.usage;
       }
-      return { id, text, usage, finish, replayed: response.headers.get('idempotent-replayed') };
+      return { id, text, usage, usages, finish, replayed: response.headers.get('idempotent-replayed') };
     }
 
     it('a completed stream retried with its key is answered again, whole, without another job or engine call', async () => {
@@ -94,6 +97,8 @@ for (const store of storeCases) {
           usage: first.usage,
         });
         expect(first.usage === undefined).toBe(!includeUsage);
+        // As OpenAI's: asked for, usage is null on every chunk but the last, the first time and again.
+        for (const { usages } of [first, again]) expect(usages).toMatch(includeUsage ? /^n+u$/ : /^-+$/);
         expect(await chatJobs()).toBe(jobs);
         expect(sims[0]?.stats().generationTokens).toBe(generated);
       }
