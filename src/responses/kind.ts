@@ -20,6 +20,7 @@ import {
 } from './output.js';
 import { createdAtOf, RESPONSE_PREFIX } from './present.js';
 import type { Item, ResponseJobRequest } from './schema.js';
+import { truncating } from './truncation.js';
 
 /** How far back `previous_response_id` is followed: beyond it, a conversation is refused, not cut. */
 export const MAX_TURNS = 1000;
@@ -115,17 +116,24 @@ export function responseKind(deps: ChatDeps): JobKind<ResponseJobRequest> {
         const inlined = await inlineMessageImages(own, deps.images, signal).catch((failure: unknown) => {
           throw renameMessages(failure, itemOf);
         });
-        const messages = [...before, ...inlined];
-        inputItem = (n: number) => itemOf(n - before.length);
         const body = withDefaults(model.persona?.defaults, request.chat);
-        const { completion, route } = await chatThroughRouter(job, router, {
-          model,
-          messages,
-          body,
-          signal,
-          org: job.orgId,
-          ...(events ? { onChunk } : {}),
-        });
+        let messages: ChatMessage[] = [];
+        const { completion, route } = await truncating(
+          request.echo.truncation === 'auto',
+          inlined,
+          (from) => {
+            messages = [...before, ...inlined.slice(from)];
+            inputItem = (n: number) => itemOf(n - before.length + from);
+            return chatThroughRouter(job, router, {
+              model,
+              messages,
+              body,
+              signal,
+              org: job.orgId,
+              ...(events ? { onChunk } : {}),
+            });
+          },
+        );
         const choice = completion.choices[0];
         const end = endOf(choice?.finish_reason);
         let output: Item[];

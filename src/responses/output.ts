@@ -64,7 +64,7 @@ export function responseObject(state: ResponseState, echo: ResponseEcho): Record
     tool_choice: echo.tool_choice,
     tools: echo.tools,
     top_p: echo.top_p,
-    truncation: 'disabled',
+    truncation: echo.truncation ?? 'disabled',
     // Neither is nullable in OpenAI's schema: absent until known, or when not given.
     ...(state.usage ? { usage: state.usage } : {}),
     ...(echo.user === null ? {} : { user: echo.user }),

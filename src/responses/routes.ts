@@ -148,6 +148,7 @@ export function responseRoutes(app: FastifyInstance, deps: AppDeps): void {
         previous_response_id: body.previous_response_id ?? null,
         temperature: body.temperature ?? null,
         top_p: body.top_p ?? null,
+        truncation: body.truncation ?? 'disabled',
         text: { format: body.text?.format ?? { type: 'text' } },
         tool_choice: body.tool_choice ?? 'auto',
         tools: (body.tools ?? []).map((tool) => ({

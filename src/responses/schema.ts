@@ -15,7 +15,7 @@ const Tool = Type.Object({ type: Type.String() }, { additionalProperties: true }
 
 /**
  * `POST /v1/responses`: the fields a chat engine can honour, plus Kiln's `contexts` and `webhook`.
- * Fields OpenAI clients send that change nothing here (`include`, `truncation`, `service_tier`,
+ * Fields OpenAI clients send that change nothing here (`include`, `service_tier`,
  * `prompt_cache_key`, `reasoning`, `safety_identifier`, `stream_options`) are accepted and ignored;
  * those that ask for what Kiln cannot do (`conversation`, `prompt`) are refused in the route.
  */
@@ -63,6 +63,7 @@ export const ResponseBody = Type.Object(
       ),
     ),
     max_output_tokens: nullable(Type.Integer({ minimum: 1 })),
+    truncation: nullable(Type.Union([Type.Literal('auto'), Type.Literal('disabled')])),
     temperature: nullable(Type.Number({ minimum: 0, maximum: 2 })),
     top_p: nullable(Type.Number({ minimum: 0, maximum: 1 })),
     metadata: nullable(
@@ -124,6 +125,8 @@ export interface ResponseEcho {
   previous_response_id: string | null;
   temperature: number | null;
   top_p: number | null;
+  /** Absent in jobs submitted before Kiln honoured it: `disabled`. */
+  truncation?: 'auto' | 'disabled';
   text: { format: Record<string, unknown> };
   tool_choice: unknown;
   tools: unknown[];
