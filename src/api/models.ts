@@ -35,10 +35,12 @@ export function modelRoutes(app: FastifyInstance, deps: AppDeps): void {
   };
 
   app.get('/v1/models', async (request) => ({ object: 'list', data: await list(request.auth.org_id) }));
-  app.get<{ Params: { id: string } }>('/v1/models/:id', async (request) => {
-    const model = (await list(request.auth.org_id)).find((m) => m.id === request.params.id);
-    if (!model)
-      throw new KilnError('model-not-found', `no persona or served model named '${request.params.id}'`);
+  // The rest of the path, slashes and all: a served model is often named as on Hugging Face
+  // (`meta-llama/Llama-3.1-8B-Instruct`), and OpenAI's Python client puts the id in the path as it is.
+  app.get<{ Params: { '*': string } }>('/v1/models/*', async (request) => {
+    const id = request.params['*'];
+    const model = (await list(request.auth.org_id)).find((m) => m.id === id);
+    if (!model) throw new KilnError('model-not-found', `no persona or served model named '${id}'`);
     return model;
   });
 }

@@ -183,7 +183,12 @@ const OPERATIONS: Record<string, Operation> = {
     responses: ok(R.InputItems),
   },
   'GET /v1/models': { summary: 'Personas and the models the fleet serves', responses: ok(R.ModelList) },
-  'GET /v1/models/:id': { summary: 'One entry of the model list', responses: ok(R.ModelEntry) },
+  'GET /v1/models/*': {
+    summary: 'One entry of the model list',
+    description: 'The id may hold slashes (`meta-llama/Llama-3.1-8B-Instruct`), as they are or as `%2F`.',
+    responses: ok(R.ModelEntry),
+    wildcard: { name: 'id', schema: Type.String({ minLength: 1 }) },
+  },
   'POST /v1/images/generations': {
     summary: 'Images, `sync` or `async`',
     headers: SUBMISSION_HEADERS,

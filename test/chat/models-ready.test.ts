@@ -12,7 +12,9 @@ describe.each(storeCases)('GET /v1/models, a persona that names contexts, on $na
     if (storeCase.skip) return;
     sims = await simPool(1);
     kiln = await startTestServer(storeCase, {
-      engines: { pool: engine('unique', sims) },
+      engines: {
+        pool: engine('unique', sims, { models: { m: 'sim-model', 'meta-llama/Llama-3.1-8B': 'sim-model' } }),
+      },
       personas: {
         oncall: { model: 'm', contexts: ['runbook'] },
         plain: { model: 'm' },
@@ -60,4 +62,21 @@ describe.each(storeCases)('GET /v1/models, a persona that names contexts, on $na
     });
     expect(await ready(other)).toMatchObject({ oncall: true });
   });
+
+  it.skipIf(storeCase.skip)(
+    'one model, named with slashes as on Hugging Face, as it is or with %2F',
+    async () => {
+      for (const path of ['/v1/models/meta-llama/Llama-3.1-8B', '/v1/models/meta-llama%2FLlama-3.1-8B']) {
+        const one = await kiln.call('GET', path);
+        expect(one.status, path).toBe(200);
+        expect(one.body).toMatchObject({ id: 'meta-llama/Llama-3.1-8B', object: 'model', ready: true });
+      }
+      const none = await kiln.call('GET', '/v1/models/meta-llama/Llama-9');
+      expect(none.status).toBe(404);
+      expect(none.body.error).toMatchObject({
+        code: 'model-not-found',
+        message: expect.stringContaining('meta-llama/Llama-9'),
+      });
+    },
+  );
 });
