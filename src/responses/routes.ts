@@ -284,7 +284,16 @@ export function responseRoutes(app: FastifyInstance, deps: AppDeps): void {
     if (after !== undefined) {
       // The last item with that id: an id given twice (two references to one item) cannot loop.
       const at = items.findLastIndex((item) => item.id === after);
-      items = at === -1 ? [] : items.slice(at + 1);
+      // An id not among them is a mistake, not an empty page (as GET /v1/jobs says).
+      if (at === -1)
+        throw validationError([
+          {
+            field: 'after',
+            rule: 'exists',
+            message: `after must be the id of one of this response's input items (the last id of the previous page); got ${JSON.stringify(after.slice(0, 64))}`,
+          },
+        ]);
+      items = items.slice(at + 1);
     }
     const data = items.slice(0, limit);
     return {

@@ -389,6 +389,31 @@ describe.each(storeCases)('the Responses API over HTTP ($name)', (storeCase) => 
   );
 
   it.skipIf(storeCase.skip)(
+    'input_items pages with after; an after that is none of the items is a 400 naming it, not an empty page',
+    async () => {
+      const { key } = await fleet.client();
+      const made = await create(key, {
+        model: 'm',
+        max_output_tokens: 16,
+        input: ['one', 'two', 'three'].map((text) => ({ role: 'user', content: text })),
+      });
+      expect(made.status).toBe(200);
+      const page = (query: string) =>
+        fleet.kiln.call('GET', `/v1/responses/${made.body.id}/input_items?order=asc&limit=1${query}`, {
+          key,
+        });
+      const first = await page('');
+      expect(first.body).toMatchObject({ has_more: true, data: [{ content: [{ text: 'one' }] }] });
+      const second = await page(`&after=${first.body.last_id}`);
+      expect(second.body).toMatchObject({ has_more: true, data: [{ content: [{ text: 'two' }] }] });
+      const wrong = await page('&after=msg_none');
+      expect(wrong.status).toBe(400);
+      expect(wrong.body.error).toMatchObject({ code: 'validation-failed', param: 'after' });
+      expect(wrong.body.error.message).toMatch(/input items/);
+    },
+  );
+
+  it.skipIf(storeCase.skip)(
     'an input longer than the context is refused naming input, where a chat names messages',
     async () => {
       const { key } = await fleet.client();
