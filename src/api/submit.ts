@@ -79,6 +79,18 @@ export function preferWait(request: FastifyRequest): number | undefined {
   return match ? Number(match[1]) : undefined;
 }
 
+/** The output limit the caller set in a chat's or a response's body; undefined if it set none. */
+function outputLimitField(job: JobRow): string | undefined {
+  const request = JSON.parse(job.request) as {
+    body?: Record<string, unknown>;
+    echo?: { max_output_tokens?: unknown };
+  };
+  if (job.kind === 'response')
+    return request.echo?.max_output_tokens != null ? 'max_output_tokens' : undefined;
+  // Engines that take both obey max_completion_tokens.
+  return ['max_completion_tokens', 'max_tokens'].find((key) => request.body?.[key] != null);
+}
+
 /** A terminal job that did not complete, as the HTTP error a sync caller gets. */
 export function jobError(job: JobRow, poll: Record<string, unknown>): KilnError {
   const code = (
@@ -88,21 +100,22 @@ export function jobError(job: JobRow, poll: Record<string, unknown>): KilnError 
   // An engine's refusal carries its own fields, so the caller can see what it objected to.
   const engine = poll.engine_error as Record<string, unknown> | undefined;
   // Where the engine named no field: the prompt when it was too long for the context (a chat's
-  // `messages`, as OpenAI names it then; a response's `input`), else the body, which is no field. A
-  // limit past the window (vLLM: "'max_tokens' or 'max_completion_tokens' is too large") is the
-  // body's: the limit may be a persona's.
-  const tooLong =
-    isContextLengthError(`${message} ${String(engine?.type ?? '')}`) &&
-    !/max_(?:completion_)?tokens/.test(message);
+  // `messages`, as OpenAI names it then; a response's `input`); the caller's output limit when that
+  // was past the window (vLLM: "'max_tokens' or 'max_completion_tokens' is too large"), unless a
+  // persona's default set it; else the body, which is no field.
+  const overContext = isContextLengthError(`${message} ${String(engine?.type ?? '')}`);
+  const limit = overContext && /max_(?:completion_)?tokens/.test(message);
   const field = !engine
     ? undefined
     : typeof engine.param === 'string'
       ? engine.param
-      : tooLong
-        ? job.kind === 'response'
-          ? 'input'
-          : 'messages'
-        : undefined;
+      : limit
+        ? outputLimitField(job)
+        : overContext
+          ? job.kind === 'response'
+            ? 'input'
+            : 'messages'
+          : undefined;
   const details = engine
     ? [
         {

@@ -43,6 +43,7 @@ describe('chat completions against a simulated fleet', () => {
         },
         plain: { model: 'm', system: 'Be brief.' },
         capped: { model: 'm', defaults: { max_completion_tokens: 4 } },
+        greedy: { model: 'm', defaults: { max_tokens: 10_000_000 } },
       },
       'routing.long_context_tokens': 4000,
       'security.allow_hosts': ['127.0.0.1'],
@@ -215,12 +216,19 @@ describe('chat completions against a simulated fleet', () => {
     expect(refused.body.error.message).toContain('messages[1]');
     expect(refused.body.error.message).not.toContain('messages[2]');
 
-    // A refusal of no field (max_tokens past the window): no param, the details keep the field.
-    const tooMany = await kiln.call('POST', '/v1/chat/completions', {
-      body: { model: 'plain', messages: [{ role: 'user', content: 'hi' }], max_tokens: 10_000_000 },
-    });
-    expect(tooMany.status).toBe(400);
-    expect(tooMany.body.error).toMatchObject({ code: 'engine-rejected', param: null });
+    // An output limit past the window is the limit the caller sent; a persona's is no field of theirs.
+    for (const [model, limits, param] of [
+      ['plain', { max_tokens: 10_000_000 }, 'max_tokens'],
+      ['plain', { max_completion_tokens: 10_000_000 }, 'max_completion_tokens'],
+      ['greedy', {}, null],
+    ] as const) {
+      const tooMany = await kiln.call('POST', '/v1/chat/completions', {
+        body: { model, messages: [{ role: 'user', content: 'hi' }], ...limits },
+      });
+      expect(tooMany.status).toBe(400);
+      expect(tooMany.body.error).toMatchObject({ code: 'engine-rejected', param });
+      expect(tooMany.body.error.details[0].field).toBe(param ?? 'body');
+    }
   });
 
   it("a null is no value: stream: null is a sync answer, max_tokens: null keeps the persona's default", async () => {
