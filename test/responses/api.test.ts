@@ -414,7 +414,7 @@ describe.each(storeCases)('the Responses API over HTTP ($name)', (storeCase) => 
   );
 
   it.skipIf(storeCase.skip)(
-    'an input longer than the context is refused naming input, where a chat names messages',
+    'an input longer than the context is refused naming input, where a chat names messages; a limit past it names the limit',
     async () => {
       const { key } = await fleet.client();
       // The simulated replica's context is 32,768 tokens, a word each.
@@ -433,6 +433,10 @@ describe.each(storeCases)('the Responses API over HTTP ($name)', (storeCase) => 
       expect(chat.status).toBe(400);
       expect(chat.body.error).toMatchObject({ code: 'engine-rejected', param: 'messages' });
       expect(chat.body.error.details[0]).toMatchObject({ field: 'messages' });
+      // A limit past the window is the limit's fault.
+      const limit = await create(key, { model: 'm', input: 'hi', max_output_tokens: 10_000_000 });
+      expect(limit.status).toBe(400);
+      expect(limit.body.error).toMatchObject({ code: 'engine-rejected', param: 'max_output_tokens' });
     },
   );
 
