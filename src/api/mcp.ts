@@ -5,6 +5,7 @@ import { OrgContexts } from '../contexts/service.js';
 import { KilnError } from '../errors.js';
 import type { Limiter } from '../limits/admission.js';
 import { currentRateHeaders } from '../limits/hook.js';
+import { refuseInvalidParams } from '../mcp/params.js';
 import { createMcpServer } from '../mcp/server.js';
 import type { Store } from '../store/index.js';
 
@@ -66,6 +67,7 @@ export function mcpRoutes(
       void server.close();
     });
     await server.connect(transport);
+    refuseInvalidParams(transport);
     // The transport writes its own head: the caller's rate-limit headers go on before it does.
     const limits = await currentRateHeaders(
       { store: deps.store, limiter: deps.runtime.limiter },

@@ -9,7 +9,10 @@ export function mcpCommand(program: Command): void {
       const contexts = clientFromEnv().contexts;
       const { StdioServerTransport } = await import('@modelcontextprotocol/sdk/server/stdio.js');
       const { createMcpServer } = await import('../mcp/server.js');
+      const { refuseInvalidParams } = await import('../mcp/params.js');
       const server = createMcpServer(contexts);
-      await server.connect(new StdioServerTransport());
+      const transport = new StdioServerTransport();
+      await server.connect(transport);
+      refuseInvalidParams(transport);
     });
 }

@@ -3,7 +3,12 @@ import { fileURLToPath } from 'node:url';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
-import { type CallToolResult, ErrorCode, McpError } from '@modelcontextprotocol/sdk/types.js';
+import {
+  type CallToolResult,
+  CallToolResultSchema,
+  ErrorCode,
+  McpError,
+} from '@modelcontextprotocol/sdk/types.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { ContextList, ContextRecord, ContextWithContent } from '../../src/contexts/service.js';
 import type { ErrorBody } from '../../src/errors.js';
@@ -451,6 +456,39 @@ describe('MCP over Streamable HTTP (/mcp)', () => {
     });
   });
 
+  it('answers params that do not fit a method with -32602 Invalid params, saying what is wrong', async () => {
+    const rpc = async (method: string, params?: unknown) => {
+      const response = await fetch(`${server.url}/mcp`, {
+        method: 'POST',
+        headers: {
+          authorization: `Bearer ${acme}`,
+          'content-type': 'application/json',
+          accept: 'application/json, text/event-stream',
+        },
+        body: JSON.stringify({ jsonrpc: '2.0', id: 7, method, ...(params === undefined ? {} : { params }) }),
+      });
+      expect(response.status).toBe(200);
+      return (await response.json()) as { id: number; error?: { code: number; message: string } };
+    };
+    for (const [method, params, field] of [
+      ['tools/call', { name: 'get_context', arguments: null }, 'params.arguments'],
+      ['tools/call', { name: 5 }, 'params.name'],
+      ['tools/call', undefined, 'params'],
+      ['resources/read', { uri: 5 }, 'params.uri'],
+      ['resources/list', { cursor: 5 }, 'params.cursor'],
+    ] as const) {
+      const answer = await rpc(method, params);
+      expect(answer.id).toBe(7);
+      expect(answer.error?.code, `${method} ${JSON.stringify(params)}`).toBe(-32602);
+      expect(answer.error?.message).toMatch(new RegExp(`^Invalid params: ${field.replace('.', '\\.')}: `));
+    }
+    // Params that fit still reach the server, which answers as before.
+    const listed = await rpc('tools/list');
+    expect(listed.error).toBeUndefined();
+    const unknown = await rpc('tools/call', { name: 'no_such_tool', arguments: {} });
+    expect(unknown.error).toMatchObject({ code: -32602, message: expect.stringContaining('no_such_tool') });
+  });
+
   it('answers GET /mcp with 405: the endpoint is stateless', async () => {
     const response = await server.call('GET', '/mcp', { key: acme });
     expect(response.status).toBe(405);
@@ -544,6 +582,18 @@ describe('MCP over stdio (kiln mcp)', () => {
     await expect(client.callTool({ name: '__proto__', arguments: {} })).rejects.toMatchObject({
       code: ErrorCode.InvalidParams,
       message: expect.stringContaining('Unknown tool: __proto__'),
+    });
+  });
+
+  it('answers params that do not fit a method with -32602 Invalid params, as /mcp does', async () => {
+    await expect(
+      client.request(
+        { method: 'tools/call', params: { name: 'get_context', arguments: null } } as never,
+        CallToolResultSchema,
+      ),
+    ).rejects.toMatchObject({
+      code: ErrorCode.InvalidParams,
+      message: expect.stringContaining('Invalid params: params.arguments: '),
     });
   });
 
