@@ -84,6 +84,17 @@ function answer(quirk: string): { json?: unknown; events?: string[] } {
           usage: USAGE,
         },
       };
+    case 'whole-no-finish':
+    case 'whole-tools-no-finish': {
+      // A whole answer whose choice has no finish reason.
+      const tools = quirk === 'whole-tools-no-finish';
+      const message = tools
+        ? { role: 'assistant', content: null, tool_calls: [CALL] }
+        : { role: 'assistant', content: PIECES.join('') };
+      return {
+        json: { ...UP, object: 'chat.completion', choices: [{ index: 0, message, finish_reason: null }] },
+      };
+    }
     case 'parallel-zero':
       // Ollama's parallel calls (ollama/ollama#15457): each whole, its own id, every one at index 0.
       return {
@@ -306,6 +317,22 @@ for (const storeCase of storeCases) {
       const polled = (await job.json()) as { status: string; result: OpenAI.Chat.ChatCompletion };
       expect(polled.status).toBe('completed');
       expect(polled.result.choices[0]?.finish_reason).toBe('stop');
+    });
+
+    it.each([
+      ['whole-no-finish', 'stop'],
+      ['whole-tools-no-finish', 'tool_calls'],
+    ])('a whole answer to a stream, %s, is finished with "%s" too', async (quirk, reason) => {
+      const helper = client.chat.completions.stream({
+        model: 'tm',
+        messages: [{ role: 'user', content: quirk }],
+      });
+      expect((await helper.finalChatCompletion()).choices[0]?.finish_reason).toBe(reason);
+      const whole = await client.chat.completions.create({
+        model: 'tm',
+        messages: [{ role: 'user', content: quirk }],
+      });
+      expect(whole.choices[0]?.finish_reason).toBe(reason);
     });
 
     it('a clean stream of tool calls that never got a finish reason ends with "tool_calls"', async () => {

@@ -9,7 +9,7 @@ import {
 import { CompletionAssembler, chunksOf } from './assemble.js';
 import { ContentChunkShape } from './chunk-shape.js';
 import { isContextLengthError } from './discovery.js';
-import { FinishReasons } from './finish-reasons.js';
+import { FinishReasons, finishWhole } from './finish-reasons.js';
 import { SseDecoder } from './sse.js';
 import { ToolCallNumbering } from './tool-call-numbering.js';
 
@@ -298,7 +298,7 @@ export class ChatStreamCall implements Dispatcher.DispatchHandler {
     // An engine that ignored `stream: true` answered the whole completion at once: a stream's
     // caller gets it as the chunks it would have streamed.
     try {
-      const completion = JSON.parse(text) as ChatCompletion;
+      const completion = finishWhole(JSON.parse(text) as ChatCompletion);
       this.call.onFirstChunk?.();
       const { onChunk } = this.call;
       if (onChunk) {

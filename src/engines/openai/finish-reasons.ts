@@ -1,4 +1,4 @@
-import type { ChatChunk } from '../types.js';
+import type { ChatChunk, ChatCompletion } from '../types.js';
 
 /**
  * The finish reasons a stream owes its choices. Some engines end a clean stream (`[DONE]`) without
@@ -62,4 +62,19 @@ export class FinishReasons {
     this.#unfinished = 0;
     return chunks;
   }
+}
+
+/**
+ * A whole answer (an engine that ignored `stream: true`) with a finish reason on each choice, as a
+ * stream's choices are closed above: where the engine gave none, `"tool_calls"` for a message that
+ * made calls, `"stop"` otherwise.
+ */
+export function finishWhole(completion: ChatCompletion): ChatCompletion {
+  if (!Array.isArray(completion.choices)) return completion;
+  for (const choice of completion.choices) {
+    if (!choice || typeof choice !== 'object' || choice.finish_reason) continue;
+    const calls = choice.message?.tool_calls;
+    choice.finish_reason = Array.isArray(calls) && calls.length > 0 ? 'tool_calls' : 'stop';
+  }
+  return completion;
 }
