@@ -180,7 +180,7 @@ describe('ChunkRelay, content chunks read by their shape', () => {
   function relayed(texts: string[], odd = false): string[] {
     const sent: string[] = [];
     const model = odd ? 'pérsona "quoted" \\ name' : KILN_MODEL;
-    const relay = new ChunkRelay(true, new ChunkRenamer(KILN_ID, model, KILN_CREATED), (t) => sent.push(t));
+    const relay = new ChunkRelay(false, new ChunkRenamer(KILN_ID, model, KILN_CREATED), (t) => sent.push(t));
     const [first, ...rest] = texts as [string, ...string[]];
     const shape = ContentChunkShape.learn(JSON.parse(first) as ChatChunk, first) as ContentChunkShape;
     expect(shape).toBeDefined();
@@ -230,11 +230,33 @@ describe('ChunkRelay, content chunks read by their shape', () => {
     expect(sent).toEqual(bodies.map((b) => engine(b, KILN_ID, KILN_CREATED, KILN_MODEL)));
   });
 
+  it('a caller that asked for usage gets "usage":null at the end of each chunk the engine sent without it', () => {
+    const vllm = (content: string, id = 'chatcmpl-u', model = 'm', created = 4) =>
+      `{"id":${JSON.stringify(id)},"object":"chat.completion.chunk","created":${created},"model":${JSON.stringify(model)},"choices":[{"index":0,"delta":{"content":${JSON.stringify(content)}},"finish_reason":null}]}`;
+    const sent: string[] = [];
+    const relay = new ChunkRelay(true, renamer(), (t) => sent.push(t));
+    const first = vllm('one');
+    const shape = ContentChunkShape.learn(JSON.parse(first) as ChatChunk, first) as ContentChunkShape;
+    relay.add(JSON.parse(first) as ChatChunk, first);
+    relay.content(shape, 'two }', shape.body(vllm('two }')) as string);
+    // A chunk that carries its usage, null or counted, is left as it is.
+    const withNull = `${vllm('three').slice(0, -1)},"usage":null}`;
+    relay.add(JSON.parse(withNull) as ChatChunk, withNull);
+    const kiln = (content: string) =>
+      `${vllm(content, KILN_ID, KILN_MODEL, KILN_CREATED).slice(0, -1)},"usage":null}`;
+    expect(sent.slice(1)).toEqual([kiln('two }'), kiln('three')]);
+    // The first went out with the role the engine left out, and usage null too.
+    expect(JSON.parse(sent[0] as string)).toMatchObject({
+      usage: null,
+      choices: [{ delta: { role: 'assistant' } }],
+    });
+  });
+
   it('one relay over chunks of two shapes, back and forth: each chunk renamed around its own content', () => {
     const choice = (index: number, content: string, id = 'chatcmpl-2', model = 'm', created = 3) =>
       `{"id":${JSON.stringify(id)},"object":"chat.completion.chunk","created":${created},"model":${JSON.stringify(model)},"choices":[{"index":${index},"delta":{"content":${JSON.stringify(content)}},"finish_reason":null}]}`;
     const sent: string[] = [];
-    const relay = new ChunkRelay(true, renamer(), (t) => sent.push(t));
+    const relay = new ChunkRelay(false, renamer(), (t) => sent.push(t));
     const shapes = [0, 1].map((index) => {
       const text = choice(index, 'learnt');
       return ContentChunkShape.learn(JSON.parse(text) as ChatChunk, text) as ContentChunkShape;
