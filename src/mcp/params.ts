@@ -49,10 +49,12 @@ export function refuseInvalidParams(transport: Transport): void {
   transport.onmessage = (message, extra) => {
     const problem = invalidParams(message);
     if (problem === undefined || !isJSONRPCRequest(message)) return deliver?.(message, extra);
-    void transport.send({
-      jsonrpc: '2.0',
-      id: message.id,
-      error: { code: ErrorCode.InvalidParams, message: problem },
-    });
+    // A send can fail (a batch that repeats an id has its answer sent already): said as the SDK
+    // says its own, never an unhandled rejection, which would end the process.
+    transport
+      .send({ jsonrpc: '2.0', id: message.id, error: { code: ErrorCode.InvalidParams, message: problem } })
+      .catch((error: unknown) =>
+        transport.onerror?.(error instanceof Error ? error : new Error(String(error))),
+      );
   };
 }

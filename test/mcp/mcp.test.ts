@@ -482,6 +482,18 @@ describe('MCP over Streamable HTTP (/mcp)', () => {
       expect(answer.error?.code, `${method} ${JSON.stringify(params)}`).toBe(-32602);
       expect(answer.error?.message).toMatch(new RegExp(`^Invalid params: ${field.replace('.', '\\.')}: `));
     }
+    // A batch that repeats an id: its second answer cannot be sent, and the gateway goes on.
+    const bad = { jsonrpc: '2.0', id: 9, method: 'tools/call', params: { name: 5 } };
+    const batch = await fetch(`${server.url}/mcp`, {
+      method: 'POST',
+      headers: {
+        authorization: `Bearer ${acme}`,
+        'content-type': 'application/json',
+        accept: 'application/json, text/event-stream',
+      },
+      body: JSON.stringify([bad, bad]),
+    });
+    await batch.text();
     // Params that fit still reach the server, which answers as before.
     const listed = await rpc('tools/list');
     expect(listed.error).toBeUndefined();
