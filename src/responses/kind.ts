@@ -20,7 +20,7 @@ import {
 } from './output.js';
 import { createdAtOf, RESPONSE_PREFIX } from './present.js';
 import type { Item, ResponseJobRequest } from './schema.js';
-import { truncating } from './truncation.js';
+import { cut, truncating } from './truncation.js';
 
 /** How far back `previous_response_id` is followed: beyond it, a conversation is refused, not cut. */
 export const MAX_TURNS = 1000;
@@ -122,8 +122,10 @@ export function responseKind(deps: ChatDeps): JobKind<ResponseJobRequest> {
           request.echo.truncation === 'auto',
           inlined,
           (from) => {
-            messages = [...before, ...inlined.slice(from)];
-            inputItem = (n: number) => itemOf(n - before.length + from);
+            const { kept, origin } = cut(inlined, from);
+            messages = [...before, ...kept];
+            // The persona's, the contexts' and the instructions' messages are no input item.
+            inputItem = (n: number) => (n < before.length ? undefined : itemOf(origin(n - before.length)));
             return chatThroughRouter(job, router, {
               model,
               messages,

@@ -29,9 +29,27 @@ export function cuts(messages: readonly ChatMessage[]): number[] {
 }
 
 /**
+ * The conversation cut at `from`: its opening system messages (a `developer` or `system` item it
+ * began with), which are kept, then its messages from `from` on; and for each message kept, its
+ * place in the whole conversation.
+ */
+export function cut(
+  messages: readonly ChatMessage[],
+  from: number,
+): { kept: ChatMessage[]; origin: (index: number) => number } {
+  if (from === 0) return { kept: [...messages], origin: (index) => index };
+  let opening = 0;
+  while (opening < from && messages[opening]?.role === 'system') opening++;
+  return {
+    kept: [...messages.slice(0, opening), ...messages.slice(from)],
+    origin: (index) => (index < opening ? index : index - opening + from),
+  };
+}
+
+/**
  * `truncation: "auto"`: `send(0)` sends the whole conversation; where the engine refuses it as longer
- * than its context, the oldest turns go (`send(from)` keeps `messages` from `from`), as OpenAI drops
- * "items from the beginning of the conversation", until it fits. Where even the newest turn alone
+ * than its context, the oldest turns go (`send(from)` sends `cut(messages, from)`), as OpenAI drops
+ * items from the conversation to fit it, until it fits. Where even the newest turn alone
  * does not fit, or with truncation `disabled`, the engine's refusal stands.
  */
 export async function truncating<T>(

@@ -1,6 +1,7 @@
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { cuts } from '../../src/responses/truncation.js';
+import type { ChatMessage } from '../../src/engines/types.js';
+import { cut, cuts } from '../../src/responses/truncation.js';
 import type { LlmSim } from '../../src/sim/llm/server.js';
 import { closeAll, engine, simPool } from '../chat/fleet.js';
 import { startTestServer, type TestServer } from '../helpers/server.js';
@@ -29,13 +30,19 @@ describe.each(storeCases)('truncation on the Responses API ($name)', (storeCase)
     await closeAll(sims ?? []);
   });
 
-  /** Three turns of about 700 words each: together more than the context holds. */
+  /**
+   * Three turns of about 700 words each, the first opened by a developer message of 300: together
+   * more than the context holds (the third turn is cut already).
+   */
   async function longConversation(): Promise<string> {
     let previous: string | undefined;
     for (const topic of ['clay', 'glaze', 'kilns']) {
       const turn = await client.responses.create({
         model: 'm',
-        input: words(topic, 700),
+        input: [
+          ...(previous ? [] : [{ role: 'developer' as const, content: words('rules', 300) }]),
+          { role: 'user' as const, content: words(topic, 700) },
+        ],
         max_output_tokens: 16,
         truncation: 'auto',
         ...(previous ? { previous_response_id: previous } : {}),
@@ -65,9 +72,9 @@ describe.each(storeCases)('truncation on the Responses API ($name)', (storeCase)
       expect(answered.status).toBe('incomplete');
       expect(answered.truncation).toBe('auto');
       expect(answered.output_text.length).toBeGreaterThan(0);
-      // What went: the first turn (and so the second try fitted); the last two turns and this input
-      // stayed, about 1,450 of the 2,048 tokens.
-      expect(answered.usage?.input_tokens).toBeGreaterThan(1400);
+      // What went: the first turn's exchange; the developer message that opened the conversation,
+      // the last two turns and this input stayed, about 1,750 of the 2,048 tokens.
+      expect(answered.usage?.input_tokens).toBeGreaterThan(1700);
       expect(answered.usage?.input_tokens).toBeLessThan(2048);
       // The conversation as stored is whole: its input items are this turn's.
       const items = await client.responses.inputItems.list(answered.id);
@@ -105,7 +112,16 @@ describe.each(storeCases)('truncation on the Responses API ($name)', (storeCase)
   );
 });
 
-describe('where a conversation may be cut', () => {
+describe('where a conversation may be cut, and what it keeps', () => {
+  it('keeps the system messages it opened with, and says where each kept message was', () => {
+    const m = (role: string, content: string) => ({ role, content }) as ChatMessage;
+    const all = [m('system', 's'), m('user', 'a'), m('assistant', 'b'), m('user', 'c'), m('assistant', 'd')];
+    const { kept, origin } = cut(all, 3);
+    expect(kept.map((k) => k.content)).toEqual(['s', 'c', 'd']);
+    expect([0, 1, 2].map(origin)).toEqual([0, 3, 4]);
+    expect(cut(all, 0).kept).toEqual(all);
+  });
+
   const m = (role: string) => ({ role, content: 'x' }) as never;
   it('before user messages only, dropping about twice as many turns each try, and last the newest alone', () => {
     const turns = [m('system'), m('user'), m('assistant'), m('user'), m('assistant'), m('tool')];
