@@ -304,13 +304,13 @@ export function unstorableTextDetails(value: unknown, root: string): ErrorDetail
 }
 
 /**
- * The path's parameters by the names the API gives them: a wildcard (`/api/v1/contexts/*`, whose
- * names may hold `/`) is the context's `id_or_name`, not `*`.
+ * The path's parameters by the names the API gives them: a wildcard is a context's `id_or_name`
+ * (`/api/v1/contexts/*`, whose names may hold `/`) or a model's `id` (`/v1/models/*`), not `*`.
  */
-function namedParams(params: unknown): unknown {
+function namedParams(params: unknown, url: string | undefined): unknown {
   if (!params || typeof params !== 'object' || !('*' in params)) return params;
   const { '*': ref, ...rest } = params as Record<string, unknown>;
-  return { ...rest, id_or_name: ref };
+  return { ...rest, [url === '/v1/models/*' ? 'id' : 'id_or_name']: ref };
 }
 
 /**
@@ -341,7 +341,7 @@ export function refuseUnstorableText() {
   return async function refuseUnstorable(request: FastifyRequest): Promise<void> {
     const details = [
       // A reference in the path too: PostgreSQL refuses a NUL in a statement's text parameter.
-      ...unstorableTextDetails(namedParams(request.params), 'path'),
+      ...unstorableTextDetails(namedParams(request.params, request.routeOptions.url), 'path'),
       ...unstorableTextDetails(request.query, 'querystring'),
       ...unstorableTextDetails(request.body, 'body'),
     ];

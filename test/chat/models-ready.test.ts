@@ -71,6 +71,10 @@ describe.each(storeCases)('GET /v1/models, a persona that names contexts, on $na
         expect(one.status, path).toBe(200);
         expect(one.body).toMatchObject({ id: 'meta-llama/Llama-3.1-8B', object: 'model', ready: true });
       }
+      // A NUL no store could hold is the id's 400, by its name.
+      const nul = await kiln.call('GET', '/v1/models/meta-llama%00x');
+      expect(nul.status).toBe(400);
+      expect(nul.body.error.param).toBe('id');
       const none = await kiln.call('GET', '/v1/models/meta-llama/Llama-9');
       expect(none.status).toBe(404);
       expect(none.body.error).toMatchObject({
