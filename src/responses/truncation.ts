@@ -13,18 +13,25 @@ function overContext(failure: unknown): boolean {
  * Where the conversation may be cut, as the index of its first message kept, in the order they are
  * tried: before the second user message (the first turn goes), the third, the fifth, the ninth, …
  * (each try drops about twice the turns of the one before), and last before the newest user message
- * (it alone stays). A conversation is cut only before a user's message, never between a call and
- * its output.
+ * (it alone stays). A conversation is cut only before a user's message and the system messages just
+ * before it, never between a call and its output.
  */
 export function cuts(messages: readonly ChatMessage[]): number[] {
   const users: number[] = [];
   for (let i = 0; i < messages.length; i++) if (messages[i]?.role === 'user') users.push(i);
   // The opening user message is where the conversation starts already.
   users.shift();
+  // A turn's own system messages (a developer item before its user message) go with it: the cut is
+  // made before them, never between them and their user message.
+  const before = (user: number) => {
+    let at = user;
+    while (messages[at - 1]?.role === 'system') at--;
+    return at;
+  };
   const tries: number[] = [];
-  for (let k = 1; k <= users.length; k *= 2) tries.push(users[k - 1] as number);
+  for (let k = 1; k <= users.length; k *= 2) tries.push(before(users[k - 1] as number));
   const newest = users.at(-1);
-  if (newest !== undefined && tries.at(-1) !== newest) tries.push(newest);
+  if (newest !== undefined && tries.at(-1) !== before(newest)) tries.push(before(newest));
   return tries;
 }
 

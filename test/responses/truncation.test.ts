@@ -127,6 +127,19 @@ describe('where a conversation may be cut, and what it keeps', () => {
     const turns = [m('system'), m('user'), m('assistant'), m('user'), m('assistant'), m('tool')];
     expect(cuts(turns)).toEqual([3]);
     expect(cuts([m('system'), m('user'), m('user')])).toEqual([2]);
+    // A turn's own system message (a developer item) goes, or stays, with its user message.
+    expect(cuts([m('system'), m('user'), m('assistant'), m('system'), m('user')])).toEqual([3]);
+    const devs = [
+      m('system'),
+      m('user'),
+      m('assistant'),
+      m('system'),
+      m('user'),
+      m('assistant'),
+      m('system'),
+      m('user'),
+    ];
+    expect(cuts(devs as never)).toEqual([3, 6]);
     const many = [m('user'), ...Array.from({ length: 10 }, (_, i) => [m('assistant'), m('user')][i % 2])];
     // Users at 2, 4, 6, 8, 10: the first, second and fourth of them, then the newest.
     expect(cuts(many as never)).toEqual([2, 4, 8, 10]);
