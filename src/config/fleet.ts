@@ -92,7 +92,7 @@ export const EngineSchema = Type.Object(
     cache_salt: Type.Boolean({
       default: false,
       description:
-        "the engine takes OpenAI-style cache_salt (vLLM; SGLang since sgl-project/sglang#23300): with routing.cache_scope organisation each organisation's requests carry their own, so no organisation's prompts are found in another's cache",
+        "the engine takes OpenAI-style cache_salt (vLLM; SGLang since sgl-project/sglang#23300): with routing.cache_scope organisation each organisation's requests carry their own, so no organisation's prompts are found in another's in the engine's own prefix cache",
     }),
     vision: Type.Optional(
       Type.Boolean({
