@@ -457,15 +457,23 @@ describe('MCP over Streamable HTTP (/mcp)', () => {
   });
 
   it('answers params that do not fit a method with -32602 Invalid params, saying what is wrong', async () => {
-    const rpc = async (method: string, params?: unknown) => {
-      const response = await fetch(`${server.url}/mcp`, {
+    /** One JSON-RPC POST with the key, as it is (the SDK client checks its own params first). */
+    const post = (body: unknown) =>
+      fetch(`${server.url}/mcp`, {
         method: 'POST',
         headers: {
           authorization: `Bearer ${acme}`,
           'content-type': 'application/json',
           accept: 'application/json, text/event-stream',
         },
-        body: JSON.stringify({ jsonrpc: '2.0', id: 7, method, ...(params === undefined ? {} : { params }) }),
+        body: JSON.stringify(body),
+      });
+    const rpc = async (method: string, params?: unknown) => {
+      const response = await post({
+        jsonrpc: '2.0',
+        id: 7,
+        method,
+        ...(params === undefined ? {} : { params }),
       });
       expect(response.status).toBe(200);
       return (await response.json()) as { id: number; error?: { code: number; message: string } };
@@ -484,15 +492,7 @@ describe('MCP over Streamable HTTP (/mcp)', () => {
     }
     // A batch that repeats an id: its second answer cannot be sent, and the gateway goes on.
     const bad = { jsonrpc: '2.0', id: 9, method: 'tools/call', params: { name: 5 } };
-    const batch = await fetch(`${server.url}/mcp`, {
-      method: 'POST',
-      headers: {
-        authorization: `Bearer ${acme}`,
-        'content-type': 'application/json',
-        accept: 'application/json, text/event-stream',
-      },
-      body: JSON.stringify([bad, bad]),
-    });
+    const batch = await post([bad, bad]);
     expect(batch.status).toBe(200);
     // One answer: the id's first; the second could not be sent.
     expect(await batch.json()).toMatchObject({ id: 9, error: { code: -32602 } });
